@@ -1,0 +1,133 @@
+"""Checkpoint loading: a local directory or a hub id, single or sharded safetensors, two key layouts.
+
+The model is built on the meta device and each tensor is read, cast and placed on the target device one
+at a time, so loading never holds a second full copy of the weights.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+from torch import nn
+
+from .config import ModelConfig
+from .paddleocr_vl import PaddleOCRVL
+
+CHECKPOINT_FILES = ["*.json", "*.safetensors", "*.jinja", "tokenizer*", "*.model"]
+_IGNORED = re.compile(r"packing_position_embedding|vision_model\.head\.")
+_RENAMES = [
+    (re.compile(r"^model\.language_model\."), "model."),
+    (re.compile(r"^model\.visual\."), "visual."),
+    (re.compile(r"^model\.projector\."), "mlp_AR."),
+]
+
+
+HOW_TO_GET_WEIGHTS = (
+    "Download the model with `huggingface-cli download PaddlePaddle/PaddleOCR-VL --local-dir DIR` on a connected "
+    "machine and pass DIR, or run `quire demo` for the tiny random checkpoint."
+)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be loaded: the message names the tensor key and the file."""
+
+
+def resolve_checkpoint(path_or_id: str | Path) -> Path:
+    """A local directory as is; otherwise a hub id fetched (or found in the cache) via huggingface_hub."""
+    path = Path(path_or_id).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists() or str(path_or_id).startswith((".", "/", "~")):
+        raise CheckpointError(f"{path_or_id}: not a checkpoint directory. {HOW_TO_GET_WEIGHTS}")
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(str(path_or_id), allow_patterns=CHECKPOINT_FILES))
+    except Exception as exc:  # offline, unknown repo, gated: all mean "not available here"
+        raise CheckpointError(
+            f"{path_or_id}: not a local directory and could not be fetched from the hub ({exc}). {HOW_TO_GET_WEIGHTS}"
+        ) from exc
+
+
+def hub_key(key: str) -> str:
+    """Map a transformers-5 tensor name to the hub name the model's modules use."""
+    for pattern, replacement in _RENAMES:
+        if pattern.search(key):
+            return pattern.sub(replacement, key, count=1)
+    return key
+
+
+def weight_files(directory: Path) -> dict[str, Path]:
+    """tensor key → file, from the shard index when there is one."""
+    index = directory / "model.safetensors.index.json"
+    if index.exists():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        return {key: directory / name for key, name in weight_map.items()}
+    single = directory / "model.safetensors"
+    if not single.exists():
+        raise CheckpointError(f"{directory}: no model.safetensors or model.safetensors.index.json")
+    try:
+        with safe_open(single, framework="pt") as f:
+            return {key: single for key in f.keys()}
+    except (SafetensorError, OSError) as exc:
+        raise CheckpointError(f"{single}: unreadable safetensors file ({exc})") from exc
+
+
+def load_model(
+    path_or_id: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+) -> PaddleOCRVL:
+    directory = resolve_checkpoint(path_or_id)
+    config = ModelConfig.from_file(directory / "config.json")
+    with torch.device("meta"):
+        model = PaddleOCRVL(config)
+    expected = {name: p.shape for name, p in model.named_parameters()}
+    files = {hub_key(k): (k, f) for k, f in weight_files(directory).items() if not _IGNORED.search(k)}
+    _check_keys(expected, files, directory)
+    for name, key, file, tensor in _tensors(files):
+        if tensor.shape != expected[name]:
+            raise CheckpointError(
+                f"{file.name}: tensor {key} has shape {tuple(tensor.shape)}, expected {tuple(expected[name])}")
+        _assign(model, name, tensor.to(device=device, dtype=dtype))
+    if "lm_head.weight" not in files:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    return model.eval()
+
+
+def _check_keys(expected: dict[str, torch.Size], files: dict[str, tuple[str, Path]], directory: Path) -> None:
+    missing = sorted(set(expected) - set(files) - {"lm_head.weight"})
+    if missing:
+        raise CheckpointError(f"{directory}: missing tensor {missing[0]}" + _more(missing))
+    unexpected = sorted(set(files) - set(expected))
+    if unexpected:
+        key, file = files[unexpected[0]]
+        raise CheckpointError(f"{file.name}: unexpected tensor {key}" + _more(unexpected))
+
+
+def _more(keys: list[str]) -> str:
+    return f" (and {len(keys) - 1} more)" if len(keys) > 1 else ""
+
+
+def _tensors(files: dict[str, tuple[str, Path]]) -> Iterator[tuple[str, str, Path, torch.Tensor]]:
+    """Yield each tensor once, opening every shard once."""
+    by_file: dict[Path, list[tuple[str, str]]] = {}
+    for name, (key, file) in files.items():
+        by_file.setdefault(file, []).append((name, key))
+    for file, entries in by_file.items():
+        key = "?"
+        try:
+            with safe_open(file, framework="pt") as f:
+                for name, key in entries:
+                    yield name, key, file, f.get_tensor(key)
+        except (SafetensorError, OSError) as exc:
+            raise CheckpointError(f"{file.name}: cannot read tensor {key} ({exc})") from exc
+
+
+def _assign(model: nn.Module, name: str, tensor: torch.Tensor) -> None:
+    module_path, _, attr = name.rpartition(".")
+    module = model.get_submodule(module_path)
+    module._parameters[attr] = nn.Parameter(tensor, requires_grad=False)

@@ -1,0 +1,264 @@
+"""PaddleOCR-VL in plain PyTorch: NaViT vision tower, `mlp_AR` projector, ERNIE-4.5 decoder.
+
+Module names follow the hub checkpoint (`model.*`, `visual.vision_model.*`, `mlp_AR.*`, `lm_head`) so the
+loader maps tensors one to one. The decoder works on a flat (varlen) token batch and never owns its
+KV cache: each attention layer hands its rotated q/k/v to an `Attention` backend passed in by the caller,
+which is what lets the engine swap a contiguous cache for paged blocks without touching the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ModelConfig, TextConfig, VisionConfig
+from .rope import Grid, MRope, VisionRope, apply_rope, patch_coordinates
+
+
+class Attention(Protocol):
+    """Causal attention over a KV cache the caller owns; q (T, H, D), k/v (T, KV, D) → (T, H, D)."""
+
+    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor: ...
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * normed.to(x.dtype)
+
+
+class DecoderAttention(nn.Module):
+    def __init__(self, cfg: TextConfig, layer: int) -> None:
+        super().__init__()
+        self.layer, self.heads, self.kv_heads, self.head_dim = (
+            layer, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim)
+        self.q_proj = nn.Linear(cfg.hidden_size, self.heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(cfg.hidden_size, self.kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(cfg.hidden_size, self.kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.heads * self.head_dim, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attention: Attention) -> torch.Tensor:
+        t = x.shape[0]
+        q = apply_rope(self.q_proj(x).view(t, self.heads, self.head_dim), cos, sin)
+        k = apply_rope(self.k_proj(x).view(t, self.kv_heads, self.head_dim), cos, sin)
+        v = self.v_proj(x).view(t, self.kv_heads, self.head_dim)
+        return self.o_proj(attention(self.layer, q, k, v).reshape(t, -1))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, hidden: int, intermediate: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: TextConfig, layer: int) -> None:
+        super().__init__()
+        self.self_attn = DecoderAttention(cfg, layer)
+        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attention: Attention) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, attention)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class TextDecoder(nn.Module):
+    def __init__(self, cfg: TextConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.rope = MRope(cfg.head_dim, cfg.rope_theta, cfg.mrope_section)
+
+    def forward(self, embeds: torch.Tensor, positions: torch.Tensor, attention: Attention) -> torch.Tensor:
+        cos, sin = self.rope.cos_sin(positions, embeds.dtype)
+        x = embeds
+        for layer in self.layers:
+            x = layer(x, cos, sin, attention)
+        return self.norm(x)
+
+
+class VisionEmbeddings(nn.Module):
+    def __init__(self, cfg: VisionConfig) -> None:
+        super().__init__()
+        self.patch_embedding = nn.Conv2d(cfg.num_channels, cfg.hidden_size, cfg.patch_size, cfg.patch_size)
+        self.side = cfg.image_size // cfg.patch_size
+        self.position_embedding = nn.Embedding(self.side * self.side, cfg.hidden_size)
+
+    def forward(self, pixel_values: torch.Tensor, grids: Sequence[Grid]) -> torch.Tensor:
+        weight = self.patch_embedding.weight
+        patches = pixel_values.to(weight.dtype).flatten(1)
+        x = F.linear(patches, weight.flatten(1), self.patch_embedding.bias)
+        return x + self._positions(grids, x.device).to(x.dtype)
+
+    def _positions(self, grids: Sequence[Grid], device: torch.device) -> torch.Tensor:
+        """Bilinear resample (half-pixel centres, clamped edges) of the 27×27 table to each image's grid."""
+        table = self.position_embedding.weight
+        parts = []
+        for t, h, w in grids:
+            r0, r1, rw = _taps(h, self.side, device)
+            c0, c1, cw = _taps(w, self.side, device)
+            idx = [(a[:, None] * self.side + b[None, :]).flatten() for a in (r0, r1) for b in (c0, c1)]
+            wts = [(a[:, None] * b[None, :]).flatten() for a in (1 - rw, rw) for b in (1 - cw, cw)]
+            grid = sum(table[i] * wt[:, None] for i, wt in zip(idx, wts, strict=True))
+            parts.append(grid.repeat(t, 1))
+        return torch.cat(parts)
+
+
+def _taps(size: int, side: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    src = ((torch.arange(size, device=device, dtype=torch.float32) + 0.5) * (side / size) - 0.5).clamp(min=0)
+    lo = src.floor().long().clamp(max=side - 1)
+    hi = (lo + 1).clamp(max=side - 1)
+    return lo, hi, src - lo
+
+
+class VisionAttention(nn.Module):
+    def __init__(self, cfg: VisionConfig) -> None:
+        super().__init__()
+        d = cfg.hidden_size
+        self.heads, self.head_dim = cfg.num_attention_heads, cfg.head_dim
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(d, d) for _ in range(4))
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, lengths: list[int]) -> torch.Tensor:
+        n = x.shape[0]
+        q, k, v = (p(x).view(n, self.heads, self.head_dim) for p in (self.q_proj, self.k_proj, self.v_proj))
+        q = apply_rope(q.float(), cos, sin).to(x.dtype)
+        k = apply_rope(k.float(), cos, sin).to(x.dtype)
+        out = [
+            F.scaled_dot_product_attention(qi.transpose(0, 1), ki.transpose(0, 1), vi.transpose(0, 1)).transpose(0, 1)
+            for qi, ki, vi in zip(q.split(lengths), k.split(lengths), v.split(lengths), strict=True)
+        ]
+        return self.out_proj(torch.cat(out).reshape(n, -1))
+
+
+class VisionMLP(nn.Module):
+    def __init__(self, cfg: VisionConfig) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
+        self.fc2 = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
+
+
+class VisionLayer(nn.Module):
+    def __init__(self, cfg: VisionConfig) -> None:
+        super().__init__()
+        self.layer_norm1 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.self_attn = VisionAttention(cfg)
+        self.layer_norm2 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.mlp = VisionMLP(cfg)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, lengths: list[int]) -> torch.Tensor:
+        x = x + self.self_attn(self.layer_norm1(x), cos, sin, lengths)
+        return x + self.mlp(self.layer_norm2(x))
+
+
+class VisionEncoder(nn.Module):
+    def __init__(self, cfg: VisionConfig) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(VisionLayer(cfg) for _ in range(cfg.num_hidden_layers))
+
+
+class VisionTransformer(nn.Module):
+    def __init__(self, cfg: VisionConfig) -> None:
+        super().__init__()
+        self.embeddings = VisionEmbeddings(cfg)
+        self.encoder = VisionEncoder(cfg)
+        self.post_layernorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.rope = VisionRope(cfg.head_dim, cfg.rope_theta)
+
+    def forward(self, pixel_values: torch.Tensor, grids: Sequence[Grid]) -> torch.Tensor:
+        """Packed NaViT pass: every image's patches in one sequence, attention block-diagonal per frame."""
+        x = self.embeddings(pixel_values, grids)
+        rows, cols = patch_coordinates(grids, x.device)
+        cos, sin = self.rope.cos_sin(rows, cols)
+        lengths = [h * w for t, h, w in grids for _ in range(t)]
+        for layer in self.encoder.layers:
+            x = layer(x, cos, sin, lengths)
+        return self.post_layernorm(x)
+
+
+class VisionModel(nn.Module):
+    def __init__(self, cfg: VisionConfig) -> None:
+        super().__init__()
+        self.vision_model = VisionTransformer(cfg)
+
+
+class Projector(nn.Module):
+    """mlp_AR: LayerNorm per patch, 2×2 merge in raster order of windows, erf-GELU MLP to text width."""
+
+    def __init__(self, vision: VisionConfig, text_hidden: int) -> None:
+        super().__init__()
+        self.merge = vision.spatial_merge_size
+        merged = vision.hidden_size * self.merge * self.merge
+        self.pre_norm = nn.LayerNorm(vision.hidden_size, eps=1e-5)
+        self.linear_1 = nn.Linear(merged, merged)
+        self.linear_2 = nn.Linear(merged, text_hidden)
+
+    def forward(self, features: torch.Tensor, grids: Sequence[Grid]) -> torch.Tensor:
+        m = self.merge
+        merged = []
+        for chunk, (t, h, w) in zip(features.split([t * h * w for t, h, w in grids]), grids, strict=True):
+            x = self.pre_norm(chunk).reshape(t, h // m, m, w // m, m, -1).transpose(2, 3)
+            merged.append(x.reshape(t * (h // m) * (w // m), -1))
+        return self.linear_2(F.gelu(self.linear_1(torch.cat(merged))))
+
+
+class PaddleOCRVL(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.model = TextDecoder(config.text)
+        self.lm_head = nn.Linear(config.text.hidden_size, config.text.vocab_size, bias=False)
+        self.visual = VisionModel(config.vision)
+        self.mlp_AR = Projector(config.vision, config.text.hidden_size)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.lm_head.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head.weight.device
+
+    def encode_images(self, pixel_values: torch.Tensor, grids: Sequence[Grid]) -> torch.Tensor:
+        """Vision tower + projector for several images at once → (Σ merged tokens, text hidden)."""
+        features = self.visual.vision_model(pixel_values.to(self.device), grids)
+        return self.mlp_AR(features, grids).to(self.dtype)
+
+    def embed(self, input_ids: torch.Tensor, image_embeds: torch.Tensor | None = None) -> torch.Tensor:
+        """Token embeddings with placeholder rows overwritten, in order, by `image_embeds`."""
+        embeds = self.model.embed_tokens(input_ids)
+        mask = input_ids == self.config.image_token_id
+        count = int(mask.sum())
+        given = 0 if image_embeds is None else image_embeds.shape[0]
+        if count != given:
+            raise ValueError(f"{count} image placeholder tokens but {given} image embeddings")
+        if count:
+            embeds = embeds.masked_scatter(mask[:, None], image_embeds.to(embeds.dtype))
+        return embeds
+
+    def forward(self, embeds: torch.Tensor, positions: torch.Tensor, attention: Attention) -> torch.Tensor:
+        """Final hidden states (T, hidden) of a flat token batch."""
+        return self.model(embeds, positions, attention)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden).float()

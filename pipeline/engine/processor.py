@@ -1,0 +1,232 @@
+"""Turns (images, prompt) into model inputs exactly as the checkpoint's own processor does.
+
+Preprocessing follows the checkpoint's preprocessor_config.json (not transformers' class defaults), the
+prompt is rendered from the checkpoint's chat_template.jinja, and each image placeholder is expanded to
+grid_h·grid_w/4 tokens. Bad images are refused here with a stable error code before they reach a worker's
+model.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from PIL import Image, UnidentifiedImageError
+
+from .model.rope import Grid
+
+TASK_PROMPTS = {
+    "ocr": "OCR:",
+    "table": "Table Recognition:",
+    "formula": "Formula Recognition:",
+    "chart": "Chart Recognition:",
+    "spotting": "Spotting:",
+    "seal": "Seal Recognition:",
+}
+DEFAULT_MAX_IMAGE_PIXELS = 100_000_000
+MAX_ASPECT_RATIO = 200
+
+
+class ImageError(ValueError):
+    """An image the processor refuses; `code` is stable, the message is for people."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    """Nearest (multiple-of-factor) size within the pixel limits; Python's half-to-even round on purpose."""
+    if height < factor:
+        width, height = round(width * factor / height), factor
+    if width < factor:
+        height, width = round(height * factor / width), factor
+    if max(height, width) / min(height, width) > MAX_ASPECT_RATIO:
+        raise ImageError("aspect_ratio", f"aspect ratio of {width}x{height} is over {MAX_ASPECT_RATIO}")
+    h_bar, w_bar = round(height / factor) * factor, round(width / factor) * factor
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt(height * width / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+def load_image(source: Image.Image | bytes | str | Path, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> Image.Image:
+    """Open and check an image without decoding more than `max_pixels` (a decompression-bomb guard)."""
+    if isinstance(source, Image.Image):
+        image = source
+    else:
+        data = source if isinstance(source, bytes) else Path(source).read_bytes()
+        try:
+            image = Image.open(io.BytesIO(data))
+        except (UnidentifiedImageError, OSError, ValueError) as exc:
+            raise ImageError("undecodable", f"not a decodable image ({exc})") from exc
+    width, height = image.size
+    if width == 0 or height == 0:
+        raise ImageError("zero_size", f"image has zero size {width}x{height}")
+    if width * height > max_pixels:
+        raise ImageError("too_many_pixels", f"{width}x{height} is over the limit of {max_pixels} pixels")
+    try:
+        image.load()
+    except (OSError, ValueError) as exc:
+        raise ImageError("undecodable", f"image data is truncated or corrupt ({exc})") from exc
+    return image
+
+
+def to_rgb(image: Image.Image) -> Image.Image:
+    """RGB as transformers makes it: anything else goes through RGBA and is composited onto white."""
+    if image.mode == "RGB":
+        return image
+    rgba = image.convert("RGBA")
+    return Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255)), rgba).convert("RGB")
+
+
+@dataclass(frozen=True)
+class ImageSettings:
+    min_pixels: int = 147384
+    max_pixels: int = 2822400
+    patch_size: int = 14
+    merge_size: int = 2
+    mean: tuple[float, ...] = (0.5, 0.5, 0.5)
+    std: tuple[float, ...] = (0.5, 0.5, 0.5)
+    rescale_factor: float = 1 / 255
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
+
+    @classmethod
+    def from_file(cls, path: Path, **overrides: Any) -> ImageSettings:
+        raw = json.loads(path.read_text())
+        size = raw.get("size") or {}
+        values = {
+            "min_pixels": raw.get("min_pixels", size.get("shortest_edge", cls.min_pixels)),
+            "max_pixels": raw.get("max_pixels", size.get("longest_edge", cls.max_pixels)),
+            "patch_size": raw.get("patch_size", cls.patch_size),
+            "merge_size": raw.get("merge_size", cls.merge_size),
+            "mean": tuple(raw.get("image_mean", cls.mean)),
+            "std": tuple(raw.get("image_std", cls.std)),
+            "rescale_factor": raw.get("rescale_factor", cls.rescale_factor),
+        }
+        values.update(overrides)
+        return cls(**values)
+
+
+def preprocess_image(image: Image.Image, settings: ImageSettings) -> tuple[torch.Tensor, Grid]:
+    """Resize, normalise and cut into raster-order patches → ((gh·gw, 3, p, p), (1, gh, gw))."""
+    image = to_rgb(image)
+    p = settings.patch_size
+    height, width = smart_resize(image.height, image.width, p * settings.merge_size,
+                                 settings.min_pixels, settings.max_pixels)
+    resized = np.asarray(image.resize((width, height), Image.Resampling.BICUBIC)).transpose(2, 0, 1)
+    scaled = (resized.astype(np.float64) * settings.rescale_factor).astype(np.float32)
+    mean = np.asarray(settings.mean, dtype=np.float32)[:, None, None]
+    std = np.asarray(settings.std, dtype=np.float32)[:, None, None]
+    normed = (scaled - mean) / std
+    gh, gw = height // p, width // p
+    patches = normed.reshape(3, gh, p, gw, p).transpose(1, 3, 0, 2, 4).reshape(gh * gw, 3, p, p)
+    return torch.from_numpy(np.ascontiguousarray(patches)), (1, gh, gw)
+
+
+@dataclass
+class Prompt:
+    """A tokenised prompt ready for the engine: ids with placeholders expanded, and its images."""
+
+    input_ids: list[int]
+    pixel_values: torch.Tensor | None = None
+    grids: list[Grid] = field(default_factory=list)
+
+    @property
+    def patch_counts(self) -> list[int]:
+        return [t * h * w for t, h, w in self.grids]
+
+
+def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Wrap a plain-string content as one text part: the template iterates content as typed parts."""
+    return [
+        {**m, "content": [{"type": "text", "text": m["content"]}]} if isinstance(m.get("content"), str) else m
+        for m in messages
+    ]
+
+
+class Processor:
+    """Tokenizer + chat template + image preprocessing of one checkpoint directory."""
+
+    def __init__(self, tokenizer: Any, template: str, settings: ImageSettings, image_token_id: int) -> None:
+        self.tokenizer = tokenizer
+        self.settings = settings
+        self.image_token_id = image_token_id
+        env = ImmutableSandboxedEnvironment(
+            trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+        self.template = env.from_string(template)
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, **image_overrides: Any) -> Processor:
+        from transformers import AutoTokenizer
+
+        directory = Path(directory)
+        tokenizer = AutoTokenizer.from_pretrained(str(directory))
+        config = json.loads((directory / "config.json").read_text())
+        settings = ImageSettings.from_file(directory / "preprocessor_config.json", **image_overrides)
+        return cls(tokenizer, _chat_template(directory), settings, config.get("image_token_id", 100295))
+
+    @property
+    def eos_token_id(self) -> int:
+        return self.tokenizer.eos_token_id
+
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+        special = {k: v for k, v in self.tokenizer.special_tokens_map.items() if isinstance(v, str)}
+        return self.template.render(
+            messages=normalize_messages(messages), add_generation_prompt=add_generation_prompt, **special)
+
+    def encode_messages(self, messages: list[dict[str, Any]]) -> Prompt:
+        """Render and tokenise chat messages; image parts carry a PIL image (or bytes/path) under "image"."""
+        images = [
+            part["image"] for m in normalize_messages(messages) for part in m["content"] if part.get("type") == "image"
+        ]
+        ids = self.tokenizer(self.render(messages), add_special_tokens=False)["input_ids"]
+        return self._with_images(ids, images)
+
+    def encode(self, prompt: str, images: list[Any] | None = None) -> Prompt:
+        """One user turn: the images first, then the text (a task prompt such as `OCR:`)."""
+        parts = [{"type": "image", "image": image} for image in images or []] + [{"type": "text", "text": prompt}]
+        return self.encode_messages([{"role": "user", "content": parts}])
+
+    def _with_images(self, ids: list[int], images: list[Any]) -> Prompt:
+        placeholders = sum(1 for i in ids if i == self.image_token_id)
+        if placeholders != len(images):
+            raise ValueError(f"prompt has {placeholders} image placeholders for {len(images)} images")
+        if not images:
+            return Prompt(list(ids))
+        processed = [
+            preprocess_image(load_image(image, self.settings.max_image_pixels), self.settings) for image in images
+        ]
+        grids = [grid for _, grid in processed]
+        merge = self.settings.merge_size ** 2
+        expanded: list[int] = []
+        counts = iter(t * h * w // merge for t, h, w in grids)
+        for token in ids:
+            expanded.extend([token] * next(counts) if token == self.image_token_id else [token])
+        return Prompt(expanded, torch.cat([patches for patches, _ in processed]), grids)
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+
+def _chat_template(directory: Path) -> str:
+    path = directory / "chat_template.jinja"
+    if path.exists():
+        return path.read_text()
+    for name in ("chat_template.json", "tokenizer_config.json"):
+        candidate = directory / name
+        if candidate.exists() and (template := json.loads(candidate.read_text()).get("chat_template")):
+            return template
+    raise FileNotFoundError(f"{directory}: no chat template (chat_template.jinja)")

@@ -1,0 +1,95 @@
+"""The processor must hand the model exactly what transformers' PaddleOCRVLProcessor would."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+from PIL import Image
+
+from pipeline.engine.processor import TASK_PROMPTS, ImageError, Processor, smart_resize
+from tests.reference import hf_inputs, random_image, user_turn
+
+IMAGES = [("RGB", 100, 60), ("RGBA", 333, 221), ("L", 640, 480), ("RGB", 10, 500), ("RGB", 3000, 2000)]
+
+
+@pytest.fixture(scope="module")
+def processor(tiny_checkpoint) -> Processor:
+    return Processor.from_pretrained(tiny_checkpoint)
+
+
+@pytest.mark.parametrize(("mode", "width", "height"), IMAGES)
+def test_pixels_grid_and_ids_are_bit_identical_to_transformers(processor, tiny_checkpoint, mode, width, height):
+    image = random_image(width, height, mode)
+    ref = hf_inputs(tiny_checkpoint, user_turn("OCR:", [image]))
+    ours = processor.encode("OCR:", [image])
+    assert torch.equal(ours.pixel_values, ref["pixel_values"])
+    assert ours.grids == [tuple(g) for g in ref["image_grid_thw"].tolist()]
+    assert ours.input_ids == ref["input_ids"][0].tolist()
+
+
+def test_two_images_in_one_prompt_match_transformers(processor, tiny_checkpoint):
+    images = [random_image(100, 60, seed=1), random_image(300, 120, seed=2)]
+    ref = hf_inputs(tiny_checkpoint, user_turn("OCR:", images))
+    ours = processor.encode("OCR:", images)
+    assert torch.equal(ours.pixel_values, ref["pixel_values"])
+    assert ours.input_ids == ref["input_ids"][0].tolist()
+
+
+def test_each_placeholder_expands_to_a_quarter_of_its_patches(processor):
+    prompt = processor.encode("OCR:", [random_image(100, 60)])
+    (t, h, w), = prompt.grids
+    assert prompt.input_ids.count(processor.image_token_id) == t * h * w // 4
+
+
+@pytest.mark.parametrize("task", sorted(TASK_PROMPTS))
+def test_every_task_prompt_renders_after_the_images(processor, task):
+    text = processor.render(user_turn(TASK_PROMPTS[task], [random_image(50, 50)]))
+    assert text == ("<|begin_of_sentence|>User: <|IMAGE_START|><|IMAGE_PLACEHOLDER|><|IMAGE_END|>"
+                    f"{TASK_PROMPTS[task]}\nAssistant:\n")
+
+
+def test_plain_string_content_is_wrapped_as_one_text_part(processor):
+    wrapped = processor.render([{"role": "user", "content": [{"type": "text", "text": "Hello"}]}])
+    assert processor.render([{"role": "user", "content": "Hello"}]) == wrapped
+    assert "Hello" in wrapped
+
+
+def test_smart_resize_rounds_half_to_even_and_respects_limits():
+    assert smart_resize(42, 42, 28, 0, 10**9) == (56, 56)  # 1.5 → 2
+    assert smart_resize(70, 70, 28, 0, 10**9) == (56, 56)  # 2.5 → 2, not 3
+    h, w = smart_resize(4000, 3000, 28, 147384, 2822400)
+    assert h * w <= 2822400 and h % 28 == 0 and w % 28 == 0
+    h, w = smart_resize(30, 30, 28, 147384, 2822400)
+    assert h * w >= 147384
+
+
+def _png(image: Image.Image) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(("source", "code"), [
+    (b"definitely not an image", "undecodable"),
+    (_png(random_image(64, 64))[:100], "undecodable"),
+    (Image.new("RGB", (0, 10)), "zero_size"),
+    (Image.new("RGB", (2, 1000)), "aspect_ratio"),
+    (Image.new("L", (20000, 20000)), "too_many_pixels"),
+])
+def test_bad_images_raise_their_documented_error(processor, source, code):
+    with pytest.raises(ImageError) as caught:
+        processor.encode("OCR:", [source])
+    assert caught.value.code == code
+
+
+def test_bomb_limit_is_checked_before_decoding(tiny_checkpoint):
+    small_limit = Processor.from_pretrained(tiny_checkpoint, max_image_pixels=1000)
+    with pytest.raises(ImageError, match="too_many_pixels"):
+        small_limit.encode("OCR:", [_png(random_image(64, 64))])
+
+
+def test_mismatched_images_and_placeholders_are_refused(processor):
+    with pytest.raises(ValueError, match="placeholders"):
+        processor._with_images([1, 2, 3], [random_image(10, 10)])

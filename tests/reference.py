@@ -1,0 +1,69 @@
+"""The transformers reference, used by the parity tests (never by Quire itself)."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+
+@cache
+def hf_processor(directory: Path):
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(str(directory))
+
+
+@cache
+def hf_model(directory: Path, dtype: torch.dtype = torch.float32):
+    from transformers import PaddleOCRVLForConditionalGeneration
+
+    return PaddleOCRVLForConditionalGeneration.from_pretrained(str(directory), dtype=dtype).eval()
+
+
+def hf_inputs(directory: Path, messages: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    return hf_processor(directory).apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt")
+
+
+def user_turn(prompt: str, images: list[Image.Image]) -> list[dict[str, Any]]:
+    parts = [{"type": "image", "image": im} for im in images] + [{"type": "text", "text": prompt}]
+    return [{"role": "user", "content": parts}]
+
+
+@torch.inference_mode()
+def hf_logits(directory: Path, messages: list[dict[str, Any]]) -> torch.Tensor:
+    return hf_model(directory)(**hf_inputs(directory, messages)).logits[0].float()
+
+
+@torch.inference_mode()
+def hf_greedy(directory: Path, messages: list[dict[str, Any]], max_new_tokens: int,
+              dtype: torch.dtype = torch.float32) -> tuple[list[int], list[float]]:
+    """Greedy tokens of transformers generate (KV cache on, EOS off) and the top-2 margin at each step."""
+    inputs = hf_inputs(directory, messages)
+    out = hf_model(directory, dtype).generate(
+        **inputs, max_new_tokens=max_new_tokens, do_sample=False, use_cache=True, eos_token_id=None,
+        output_scores=True, return_dict_in_generate=True)
+    tokens = out.sequences[0, inputs["input_ids"].shape[1]:].tolist()
+    margins = [float(s[0].topk(2).values.diff().abs()) for s in out.scores]
+    return tokens, margins
+
+
+def assert_same_greedy(ours: list[int], ref: list[int], margins: list[float], tie: float = 1e-3) -> None:
+    """Tokens must match; a divergence is only excused at a near-tie step of the reference."""
+    for step, (a, b) in enumerate(zip(ours, ref, strict=True)):
+        if a != b:
+            assert margins[step] < tie, (
+                f"step {step}: ours {a} vs reference {b}, reference top-2 margin {margins[step]:.2e} >= {tie}")
+            return
+
+
+def random_image(width: int, height: int, mode: str = "RGB", seed: int = 0) -> Image.Image:
+    rs = np.random.RandomState(seed)
+    channels = {"RGB": 3, "RGBA": 4, "L": None}[mode]
+    shape = (height, width, channels) if channels else (height, width)
+    return Image.fromarray((rs.rand(*shape) * 255).astype("uint8"), mode)
