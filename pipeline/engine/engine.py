@@ -1,77 +1,293 @@
-"""The engine: turns requests into recognised text with the PaddleOCR-VL model.
+"""The resident engine: many requests in flight, continuously batched over a paged KV cache.
 
-This first engine runs one request at a time on a contiguous KV cache, greedy decoding. It is the exact
-reference path; continuous batching over a paged cache builds on the same model interface.
+`add_request` / `step` / `abort` drive it synchronously; `generate` runs an offline batch; `submit` and
+`stream` hand requests to one background loop thread, so Celery threads and HTTP handlers share a
+single engine. Requests are preprocessed in the caller's thread; only the loop touches the scheduler.
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import queue
+import threading
 import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from .attention import ContiguousKV
+from .attention import PagedKVCache
+from .block_pool import BlockPool
+from .detokenizer import IncrementalDetokenizer
 from .model.loader import load_model, resolve_checkpoint
 from .model.paddleocr_vl import PaddleOCRVL
-from .model.rope import decode_positions, get_rope_index
+from .model.rope import get_rope_index
 from .processor import Processor, Prompt
-from .request import Output, Request
+from .request import Delta, EngineError, Output, Request
+from .runner import ModelRunner
+from .sampling import is_runaway, sample
+from .scheduler import Scheduler, SchedulerConfig
+from .sequence import ImageSpan, Sequence
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+@dataclass(frozen=True)
+class EngineConfig:
+    device: str = "cpu"
+    dtype: str = "float32"
+    block_size: int = 16
+    max_num_seqs: int = 32
+    max_num_batched_tokens: int = 4096
+    kv_cache_memory: int | None = None
+    gpu_memory_fraction: float = 0.8
+    num_blocks: int | None = None
+
+    def scheduler(self) -> SchedulerConfig:
+        return SchedulerConfig(self.max_num_seqs, self.max_num_batched_tokens, self.block_size)
+
+
+DEFAULT_CPU_KV_MEMORY = 512 * 1024 * 1024
+
+
 class Engine:
-    def __init__(self, model: PaddleOCRVL, processor: Processor) -> None:
-        self.model = model
-        self.processor = processor
+    def __init__(self, model: PaddleOCRVL, processor: Processor, config: EngineConfig | None = None) -> None:
+        self.model, self.processor = model, processor
+        self.config = config = config or EngineConfig()
+        text = model.config.text
+        num_blocks = config.num_blocks or PagedKVCache.blocks_for_budget(
+            self._kv_memory(), text.num_hidden_layers, config.block_size, text.num_key_value_heads, text.head_dim,
+            model.dtype)
+        self.cache = PagedKVCache(text.num_hidden_layers, num_blocks, config.block_size, text.num_key_value_heads,
+                                  text.head_dim, model.dtype, model.device)
+        self.pool = BlockPool(num_blocks)
+        self.scheduler = Scheduler(config.scheduler(), self.pool)
+        self.runner = ModelRunner(model, self.cache)
+        self.sequences: dict[str, Sequence] = {}
+        self.listeners: dict[str, Callable[[Delta], None]] = {}
+        self._ids = itertools.count()
+        self._inbox: queue.SimpleQueue[tuple[str, object]] = queue.SimpleQueue()
+        self._futures: dict[str, Future[Output]] = {}
+        self._loop_thread: threading.Thread | None = None
+        self._wake = threading.Event()
+        self._closed = False
 
     @classmethod
-    def from_pretrained(cls, path_or_id: str | Path, device: str = "cpu", dtype: str = "float32") -> Engine:
+    def from_pretrained(cls, path_or_id: str | Path, **config: object) -> Engine:
+        engine_config = EngineConfig(**config)
+        if engine_config.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, not {engine_config.dtype!r}")
         directory = resolve_checkpoint(path_or_id)
-        if dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, not {dtype!r}")
-        return cls(load_model(directory, device, DTYPES[dtype]), Processor.from_pretrained(directory))
+        model = load_model(directory, engine_config.device, DTYPES[engine_config.dtype])
+        return cls(model, Processor.from_pretrained(directory), engine_config)
 
-    def generate(self, requests: list[Request]) -> list[Output]:
-        return [self._run(request) for request in requests]
+    def _kv_memory(self) -> int:
+        if self.config.kv_cache_memory:
+            return self.config.kv_cache_memory
+        if self.model.device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(self.model.device)
+            return int(free * self.config.gpu_memory_fraction)
+        return DEFAULT_CPU_KV_MEMORY
+
+    # -- synchronous interface -------------------------------------------------------------------
 
     def encode(self, request: Request) -> Prompt:
         if request.messages is not None:
             return self.processor.encode_messages(request.messages)
         return self.processor.encode(request.prompt, request.images)
 
-    @torch.inference_mode()
-    def _run(self, request: Request) -> Output:
-        start = time.perf_counter()
+    def prepare(self, request: Request) -> Sequence:
+        """Preprocess a request into a sequence (thread-safe; the expensive part of adding a request)."""
+        if request.max_tokens < 1:
+            raise EngineError("invalid_request", "max_tokens must be at least 1")
         prompt = self.encode(request)
-        model = self.model
-        ids = torch.tensor(prompt.input_ids, device=model.device)
-        positions, rope_delta = get_rope_index(prompt.input_ids, prompt.grids, model.config.image_token_id)
-        image_embeds = model.encode_images(prompt.pixel_values, prompt.grids) if prompt.grids else None
-        kv = ContiguousKV(model.config.text.num_hidden_layers)
-        hidden = model(model.embed(ids, image_embeds), positions.to(model.device), kv)
+        image_id = self.model.config.image_token_id
+        positions, rope_delta = get_rope_index(prompt.input_ids, prompt.grids, image_id)
+        request_id = request.request_id or f"req-{next(self._ids)}"
+        detok = IncrementalDetokenizer(self.processor.tokenizer, request.skips_special_tokens, request.stop)
+        return Sequence(request_id, request, prompt, positions, rope_delta, _image_spans(prompt, image_id), detok)
+
+    def add_request(self, request: Request | Sequence) -> str:
+        seq = request if isinstance(request, Sequence) else self.prepare(request)
+        if seq.request_id in self.sequences:
+            raise EngineError("duplicate_request", f"request id {seq.request_id} is already in flight")
+        self.scheduler.add(seq)
+        self.sequences[seq.request_id] = seq
+        return seq.request_id
+
+    def abort(self, request_id: str) -> None:
+        seq = self.sequences.get(request_id)
+        if seq is not None:
+            self._finish(seq, "abort")
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    def step(self) -> list[Output]:
+        """Run one batch; return the outputs of the requests that finished in it."""
+        step = self.scheduler.schedule()
+        if not step:
+            return []
+        seqs, logits = self.runner.run(step)
+        self.scheduler.commit(step)
+        finished = []
+        for seq, token in zip(seqs, sample(logits, seqs), strict=True):
+            if self._advance(seq, token):
+                finished.append(self._finish(seq, seq.finish_reason))
+        return finished
+
+    def generate(self, requests: list[Request]) -> list[Output]:
+        """Offline batch: all requests in flight together; outputs in request order."""
+        ids = [self.add_request(r) for r in requests]
+        done: dict[str, Output] = {}
+        while self.has_unfinished():
+            done.update((out.request_id, out) for out in self.step())
+        return [done[i] for i in ids]
+
+    def stats(self) -> dict[str, int]:
+        return {"blocks_total": self.pool.num_blocks, "blocks_free": self.pool.num_free,
+                "blocks_used": self.pool.num_used, "preemptions": self.scheduler.preemptions,
+                "vision_tower_calls": self.runner.tower_calls, "running": len(self.scheduler.running),
+                "waiting": len(self.scheduler.waiting)}
+
+    def _advance(self, seq: Sequence, token: int) -> bool:
+        """Apply one sampled token; True when the sequence is done (finish_reason set)."""
+        request = seq.request
         stops = set(request.stop_token_ids) | (set() if request.ignore_eos else {self.processor.eos_token_id})
-        tokens: list[int] = []
-        finish, first_token_at = "length", 0.0
+        if token in stops:
+            seq.finish_reason = "stop"
+            return True
+        seq.append(token)
+        text = seq.detokenizer.add(token)
+        self._notify(seq, Delta(seq.request_id, text, [token]))
+        if seq.detokenizer.stopped:
+            seq.finish_reason = "stop"
+        elif len(seq.output_ids) >= request.max_tokens:
+            seq.finish_reason = "length"
+        elif request.guards_repetition and is_runaway(seq.output_ids):
+            seq.finish_reason = "repetition"
+        return seq.finish_reason is not None
+
+    def _finish(self, seq: Sequence, reason: str) -> Output:
+        self.scheduler.finish(seq, reason)
+        self.sequences.pop(seq.request_id, None)
+        seq.finished_at = time.perf_counter()
+        first = seq.first_token_at or seq.finished_at
+        out = Output(
+            request_id=seq.request_id, text=seq.detokenizer.final_text(), token_ids=seq.output_ids,
+            finish_reason=reason, prompt_tokens=seq.num_prompt_tokens, cached_tokens=seq.num_cached,
+            ttft_s=first - seq.arrival, tpot_s=(seq.finished_at - first) / max(1, len(seq.output_ids) - 1))
+        self._notify(seq, Delta(seq.request_id, "", [], reason))
+        self.listeners.pop(seq.request_id, None)
+        future = self._futures.pop(seq.request_id, None)
+        if future is not None:
+            future.set_result(out)
+        return out
+
+    def _notify(self, seq: Sequence, delta: Delta) -> None:
+        listener = self.listeners.get(seq.request_id)
+        if listener is not None:
+            listener(delta)
+
+    # -- background loop -----------------------------------------------------------------------
+
+    def submit(self, request: Request, on_delta: Callable[[Delta], None] | None = None) -> Future[Output]:
+        """Thread-safe: queue a request for the background loop; the future resolves to its Output."""
+        future: Future[Output] = Future()
+        seq = self.prepare(request)
+        future.request_id = seq.request_id
+        self._inbox.put(("add", (seq, future, on_delta)))
+        self._ensure_loop()
+        return future
+
+    def cancel(self, request_id: str) -> None:
+        """Thread-safe abort."""
+        self._inbox.put(("abort", request_id))
+        self._wake.set()
+
+    async def stream(self, request: Request) -> AsyncIterator[Delta]:
+        """Deltas of one request as they are produced; the last carries finish_reason."""
+        loop = asyncio.get_running_loop()
+        deltas = asyncio.Queue()
+        deltas: asyncio.Queue[Delta | None]
+        future = self.submit(request, lambda d: loop.call_soon_threadsafe(deltas.put_nowait, d))
+        future.add_done_callback(lambda _: loop.call_soon_threadsafe(deltas.put_nowait, None))
+        try:
+            while (delta := await deltas.get()) is not None:
+                yield delta
+                if delta.finish_reason is not None:
+                    return
+            future.result()
+        finally:
+            if not future.done():
+                self.cancel(future.request_id)
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+        if self._loop_thread is not None:
+            self._loop_thread.join(timeout=10)
+
+    def _ensure_loop(self) -> None:
+        self._wake.set()
+        if self._loop_thread is None or not self._loop_thread.is_alive():
+            self._loop_thread = threading.Thread(target=self._loop, name="quire-engine", daemon=True)
+            self._loop_thread.start()
+
+    def _loop(self) -> None:
+        while not self._closed:
+            self._drain_inbox()
+            if not self.has_unfinished():
+                self._wake.wait(timeout=0.5)
+                self._wake.clear()
+                continue
+            try:
+                self.step()
+            except Exception as exc:  # a broken step fails its requests, never the loop
+                self._fail_all(exc)
+
+    def _drain_inbox(self) -> None:
         while True:
-            token = int(model.logits(hidden[-1]).argmax())
-            first_token_at = first_token_at or time.perf_counter()
-            if token in stops:
-                finish = "stop"
-                break
-            tokens.append(token)
-            if len(tokens) >= request.max_tokens:
-                break
-            step_ids = torch.tensor([token], device=model.device)
-            pos = decode_positions(torch.tensor([kv.length]), torch.tensor([rope_delta])).to(model.device)
-            hidden = model(model.embed(step_ids), pos, kv)
-        end = time.perf_counter()
-        return Output(
-            text=self.processor.decode(tokens, request.skips_special_tokens),
-            token_ids=tokens,
-            finish_reason=finish,
-            prompt_tokens=len(prompt.input_ids),
-            ttft_s=first_token_at - start,
-            tpot_s=(end - first_token_at) / max(1, len(tokens) - 1),
-        )
+            try:
+                kind, payload = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "abort":
+                self.abort(payload)
+                continue
+            seq, future, on_delta = payload
+            try:
+                self.add_request(seq)
+            except EngineError as exc:
+                future.set_exception(exc)
+                continue
+            self._futures[seq.request_id] = future
+            if on_delta is not None:
+                self.listeners[seq.request_id] = on_delta
+
+    def _fail_all(self, exc: Exception) -> None:
+        for seq in list(self.sequences.values()):
+            future = self._futures.pop(seq.request_id, None)
+            self.listeners.pop(seq.request_id, None)
+            self.scheduler.finish(seq, "error")
+            self.sequences.pop(seq.request_id, None)
+            if future is not None:
+                future.set_exception(exc)
+
+
+def _image_spans(prompt: Prompt, image_token_id: int) -> list[ImageSpan]:
+    spans, row, i, ids = [], 0, 0, prompt.input_ids
+    while i < len(ids):
+        if ids[i] == image_token_id:
+            j = i
+            while j < len(ids) and ids[j] == image_token_id:
+                j += 1
+            spans.append(ImageSpan(i, j, row))
+            row += j - i
+            i = j
+        else:
+            i += 1
+    return spans

@@ -1,0 +1,143 @@
+"""The paged engine: mixed batches equal transformers token for token; aborts and finishes leak no blocks."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from pipeline.engine.engine import Engine
+from pipeline.engine.processor import normalize_messages
+from pipeline.engine.request import EngineError, Request
+from tests.reference import assert_same_greedy, hf_greedy, random_image, user_turn
+
+
+def _mixed_requests() -> list[tuple[list[dict], int]]:
+    """Text-only, one-image and two-image prompts of different sizes, with different max_tokens."""
+    out = []
+    for i in range(12):
+        if i % 3 == 0:
+            messages = [{"role": "user", "content": f"Summarise paragraph {i}."}]
+        elif i % 3 == 1:
+            messages = user_turn("OCR:", [random_image(60 + 25 * i, 40 + 6 * i, seed=i)])
+        else:
+            images = [random_image(50, 50, seed=i), random_image(90, 40, seed=50 + i)]
+            messages = user_turn("Table Recognition:", images)
+        out.append((messages, 6 + 3 * i))
+    return out
+
+
+@pytest.fixture(scope="module")
+def tight_engine(tiny_checkpoint) -> Engine:
+    """block_size 4, a KV budget that forces preemption and a token budget that forces chunked prefill."""
+    return Engine.from_pretrained(tiny_checkpoint, block_size=4, num_blocks=200, max_num_batched_tokens=64,
+                                  max_num_seqs=8)
+
+
+def test_mixed_batch_under_preemption_and_chunking_equals_transformers_alone(tight_engine, tiny_checkpoint):
+    requests = _mixed_requests()
+    outputs = tight_engine.generate(
+        [Request(messages=m, max_tokens=n, ignore_eos=True) for m, n in requests])
+    assert tight_engine.scheduler.preemptions > 0
+    for (messages, max_tokens), out in zip(requests, outputs, strict=True):
+        ref, margins = hf_greedy(tiny_checkpoint, normalize_messages(messages), max_tokens)
+        assert len(out.token_ids) == max_tokens
+        assert_same_greedy(out.token_ids, ref, margins)
+    assert tight_engine.pool.num_free == tight_engine.pool.num_blocks
+
+
+def test_a_request_that_can_never_fit_is_refused_clearly(tiny_checkpoint):
+    engine = Engine.from_pretrained(tiny_checkpoint, block_size=4, num_blocks=10)
+    with pytest.raises(EngineError, match="prompt_too_long"):
+        engine.add_request(Request(images=[random_image(100, 60)], max_tokens=4))
+    assert not engine.has_unfinished()
+
+
+def test_abort_frees_every_block(tiny_checkpoint):
+    engine = Engine.from_pretrained(tiny_checkpoint, block_size=4, num_blocks=400)
+    ids = [engine.add_request(Request(images=[random_image(80, 50, seed=i)], max_tokens=50, ignore_eos=True))
+           for i in range(3)]
+    engine.step()
+    engine.step()
+    assert engine.pool.num_used > 0
+    for request_id in ids:
+        engine.abort(request_id)
+    assert engine.pool.num_free == engine.pool.num_blocks and not engine.has_unfinished()
+
+
+def test_no_block_leaks_after_1000_mixed_requests(tiny_checkpoint):
+    engine = Engine.from_pretrained(tiny_checkpoint, block_size=4, num_blocks=300, max_num_seqs=16,
+                                    max_num_batched_tokens=512)
+    image = random_image(40, 30, seed=7)
+    aborted = 0
+    for batch in range(20):
+        ids = [engine.add_request(Request(
+            messages=[{"role": "user", "content": f"q{batch}-{i}"}] if i % 2 else None,
+            images=[image] if i % 2 == 0 else [], max_tokens=1 + (i % 4), ignore_eos=True)) for i in range(50)]
+        engine.step()
+        engine.abort(ids[batch % 50])
+        aborted += 1
+        while engine.has_unfinished():
+            engine.step()
+    assert engine.pool.num_free == engine.pool.num_blocks
+    assert all(count == 0 for count in engine.pool.ref_counts) and aborted == 20
+
+
+def test_stop_tokens_stop_strings_and_the_repetition_guard(tiny_checkpoint):
+    engine = Engine.from_pretrained(tiny_checkpoint)
+    base = engine.generate([Request(prompt="OCR:", images=[random_image(70, 50)], max_tokens=12, ignore_eos=True)])[0]
+    stop_at = base.token_ids[3]
+    stopped = engine.generate([Request(prompt="OCR:", images=[random_image(70, 50)], max_tokens=12,
+                                       stop_token_ids=[stop_at], ignore_eos=True)])[0]
+    first = base.token_ids.index(stop_at)
+    assert stopped.finish_reason == "stop" and stopped.token_ids == base.token_ids[:first]
+    cut = base.text[len(base.text) // 2:][:3]
+    by_string = engine.generate([Request(prompt="OCR:", images=[random_image(70, 50)], max_tokens=12,
+                                         stop=[cut], ignore_eos=True)])[0]
+    assert by_string.finish_reason == "stop" and cut not in by_string.text and base.text.startswith(by_string.text)
+
+
+def test_seeded_sampling_is_reproducible(tiny_checkpoint):
+    engine = Engine.from_pretrained(tiny_checkpoint)
+
+    def sampled(seed: int) -> list[int]:
+        return engine.generate([Request(prompt="OCR:", images=[random_image(70, 50)], max_tokens=10,
+                                        temperature=1.0, top_k=50, top_p=0.9, seed=seed, ignore_eos=True)])[0].token_ids
+
+    assert sampled(1) == sampled(1)
+    assert sampled(1) != sampled(2)
+
+
+def test_submit_and_stream_share_one_background_loop(tiny_checkpoint):
+    engine = Engine.from_pretrained(tiny_checkpoint)
+    try:
+        futures = [engine.submit(Request(prompt="OCR:", images=[random_image(60, 40, seed=i)], max_tokens=5,
+                                         ignore_eos=True)) for i in range(4)]
+        outputs = [f.result(timeout=60) for f in futures]
+        assert all(len(o.token_ids) == 5 for o in outputs)
+
+        async def collect() -> tuple[str, list[int], str | None]:
+            text, ids, reason = "", [], None
+            async for delta in engine.stream(Request(prompt="OCR:", images=[random_image(60, 40, seed=0)],
+                                                     max_tokens=5, ignore_eos=True)):
+                text, ids, reason = text + delta.text, ids + delta.token_ids, delta.finish_reason
+            return text, ids, reason
+
+        text, ids, reason = asyncio.run(collect())
+        assert ids == outputs[0].token_ids and text == outputs[0].text and reason == "length"
+    finally:
+        engine.close()
+
+
+def test_stream_of_a_refused_request_raises(tiny_checkpoint):
+    engine = Engine.from_pretrained(tiny_checkpoint, block_size=4, num_blocks=10)
+
+    async def consume() -> None:
+        async for _ in engine.stream(Request(images=[random_image(100, 60)], max_tokens=4)):
+            pass
+
+    try:
+        with pytest.raises(EngineError, match="prompt_too_long"):
+            asyncio.run(consume())
+    finally:
+        engine.close()
