@@ -49,7 +49,7 @@ def _recognize(args: argparse.Namespace) -> int:
     settings = get_settings()
     started = time.perf_counter()
     try:
-        engine = Engine.from_pretrained(args.model or settings.model, settings.device, settings.dtype)
+        engine = Engine.from_pretrained(args.model or settings.model, device=settings.device, dtype=settings.dtype)
     except CheckpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
