@@ -1,12 +1,33 @@
-"""KV cache blocks: a fixed pool of block ids with reference counts.
+"""KV cache blocks: a fixed pool of block ids with reference counts and a prefix-hash table.
 
-Sequences own blocks through their block tables; a block returns to the free list when its last owner
-lets go. The counters are what tests use to prove that aborts and finishes leak nothing.
+Sequences own blocks through their block tables; a block returns to the free queue when its last owner
+lets go. A full block may carry a hash (see `block_hash`): it then stays findable while free, until the
+pool needs room and evicts it, least recently freed first (vLLM's automatic prefix caching semantics).
+The counters are what tests use to prove that aborts and finishes leak nothing.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import hashlib
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class BlockKey:
+    """What a cached block holds: compared on every hit, so a hash collision can never serve wrong KV."""
+
+    parent: bytes
+    token_ids: tuple[int, ...]
+    image_hashes: tuple[str, ...]
+    salt: str
+
+    def digest(self) -> bytes:
+        h = hashlib.sha256(self.parent)
+        h.update(b",".join(str(t).encode() for t in self.token_ids))
+        h.update(b"|" + "|".join(self.image_hashes).encode() + b"|" + self.salt.encode())
+        return h.digest()
 
 
 class BlockPool:
@@ -15,28 +36,62 @@ class BlockPool:
             raise ValueError("the KV cache needs at least one block")
         self.num_blocks = num_blocks
         self.ref_counts = [0] * num_blocks
-        self.free_ids: deque[int] = deque(range(num_blocks))
+        self.free_queue: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
+        self.keys: dict[int, tuple[bytes, BlockKey]] = {}
+        self.cached: dict[bytes, int] = {}
+        self.evictions = 0
 
     @property
     def num_free(self) -> int:
-        return len(self.free_ids)
+        return len(self.free_queue)
 
     @property
     def num_used(self) -> int:
         return self.num_blocks - self.num_free
 
+    @property
+    def num_cached(self) -> int:
+        return len(self.cached)
+
     def allocate(self, count: int) -> list[int]:
         if count > self.num_free:
             raise RuntimeError(f"asked for {count} blocks with {self.num_free} free")
-        blocks = [self.free_ids.popleft() for _ in range(count)]
+        blocks = [self.free_queue.popitem(last=False)[0] for _ in range(count)]
         for block in blocks:
+            self._forget(block)
             self.ref_counts[block] = 1
         return blocks
 
-    def release(self, blocks: list[int]) -> None:
-        for block in blocks:
+    def release(self, blocks: Sequence[int]) -> None:
+        """Drop one reference to each block; a block whose last owner left joins the free queue's tail."""
+        for block in reversed(blocks):
             if self.ref_counts[block] <= 0:
                 raise RuntimeError(f"block {block} released more often than it was taken")
             self.ref_counts[block] -= 1
             if self.ref_counts[block] == 0:
-                self.free_ids.append(block)
+                self.free_queue[block] = None
+
+    def lookup(self, digest: bytes, key: BlockKey) -> int | None:
+        block = self.cached.get(digest)
+        if block is None or self.keys[block][1] != key:
+            return None
+        return block
+
+    def acquire(self, block: int) -> None:
+        """Take a reference to a cached block found by `lookup`, reviving it from the free queue if needed."""
+        if self.ref_counts[block] == 0:
+            del self.free_queue[block]
+        self.ref_counts[block] += 1
+
+    def register(self, block: int, digest: bytes, key: BlockKey) -> None:
+        """Make a full block findable; the first block to hold a given content keeps the entry."""
+        if block in self.keys or digest in self.cached:
+            return
+        self.keys[block] = (digest, key)
+        self.cached[digest] = block
+
+    def _forget(self, block: int) -> None:
+        entry = self.keys.pop(block, None)
+        if entry is not None:
+            del self.cached[entry[0]]
+            self.evictions += 1

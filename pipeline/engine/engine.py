@@ -22,9 +22,11 @@ import torch
 from .attention import PagedKVCache
 from .block_pool import BlockPool
 from .detokenizer import IncrementalDetokenizer
+from .encoder_cache import EncoderCache, image_hash
 from .model.loader import load_model, resolve_checkpoint
 from .model.paddleocr_vl import PaddleOCRVL
 from .model.rope import get_rope_index
+from .prefix_cache import PrefixCache
 from .processor import Processor, Prompt
 from .request import Delta, EngineError, Output, Request
 from .runner import ModelRunner
@@ -45,6 +47,8 @@ class EngineConfig:
     kv_cache_memory: int | None = None
     gpu_memory_fraction: float = 0.8
     num_blocks: int | None = None
+    enable_prefix_caching: bool = True
+    encoder_cache_tokens: int = 16384
 
     def scheduler(self) -> SchedulerConfig:
         return SchedulerConfig(self.max_num_seqs, self.max_num_batched_tokens, self.block_size)
@@ -64,8 +68,11 @@ class Engine:
         self.cache = PagedKVCache(text.num_hidden_layers, num_blocks, config.block_size, text.num_key_value_heads,
                                   text.head_dim, model.dtype, model.device)
         self.pool = BlockPool(num_blocks)
-        self.scheduler = Scheduler(config.scheduler(), self.pool)
-        self.runner = ModelRunner(model, self.cache)
+        self.prefix_cache = PrefixCache(self.pool, config.block_size) if config.enable_prefix_caching else None
+        self.scheduler = Scheduler(config.scheduler(), self.pool, self.prefix_cache)
+        self.encoder_cache = EncoderCache(config.encoder_cache_tokens, self._pending_image_hashes) \
+            if config.encoder_cache_tokens > 0 else None
+        self.runner = ModelRunner(model, self.cache, self.encoder_cache)
         self.sequences: dict[str, Sequence] = {}
         self.listeners: dict[str, Callable[[Delta], None]] = {}
         self._ids = itertools.count()
@@ -108,7 +115,10 @@ class Engine:
         positions, rope_delta = get_rope_index(prompt.input_ids, prompt.grids, image_id)
         request_id = request.request_id or f"req-{next(self._ids)}"
         detok = IncrementalDetokenizer(self.processor.tokenizer, request.skips_special_tokens, request.stop)
-        return Sequence(request_id, request, prompt, positions, rope_delta, _image_spans(prompt, image_id), detok)
+        pixels = prompt.pixel_values.split(prompt.patch_counts) if prompt.grids else []
+        hashes = [image_hash(p, grid) for p, grid in zip(pixels, prompt.grids, strict=True)]
+        spans = _image_spans(prompt, image_id)
+        return Sequence(request_id, request, prompt, positions, rope_delta, spans, hashes, detok)
 
     def add_request(self, request: Request | Sequence) -> str:
         seq = request if isinstance(request, Sequence) else self.prepare(request)
@@ -148,10 +158,24 @@ class Engine:
         return [done[i] for i in ids]
 
     def stats(self) -> dict[str, int]:
-        return {"blocks_total": self.pool.num_blocks, "blocks_free": self.pool.num_free,
-                "blocks_used": self.pool.num_used, "preemptions": self.scheduler.preemptions,
-                "vision_tower_calls": self.runner.tower_calls, "running": len(self.scheduler.running),
-                "waiting": len(self.scheduler.waiting)}
+        """Cache and scheduler counters (exported as metrics by the service)."""
+        prefix, encoder = self.prefix_cache, self.encoder_cache
+        return {
+            "blocks_total": self.pool.num_blocks, "blocks_free": self.pool.num_free, "blocks_used": self.pool.num_used,
+            "blocks_cached": self.pool.num_cached, "block_evictions": self.pool.evictions,
+            "prefix_query_tokens": prefix.query_tokens if prefix else 0,
+            "prefix_hit_tokens": prefix.hit_tokens if prefix else 0,
+            "encoder_cache_hits": encoder.hits if encoder else 0,
+            "encoder_cache_misses": encoder.misses if encoder else 0,
+            "encoder_cache_evictions": encoder.evictions if encoder else 0,
+            "vision_tower_calls": self.runner.tower_calls, "vision_tower_images": self.runner.tower_images,
+            "preemptions": self.scheduler.preemptions, "running": len(self.scheduler.running),
+            "waiting": len(self.scheduler.waiting)}
+
+    def _pending_image_hashes(self) -> set[str]:
+        """Images that running requests have yet to prefill: their encoder-cache entries must stay."""
+        return {seq.image_hashes[span.index] for seq in self.scheduler.running for span in seq.spans
+                if span.end > seq.num_computed}
 
     def _advance(self, seq: Sequence, token: int) -> bool:
         """Apply one sampled token; True when the sequence is done (finish_reason set)."""
@@ -279,14 +303,13 @@ class Engine:
 
 
 def _image_spans(prompt: Prompt, image_token_id: int) -> list[ImageSpan]:
-    spans, row, i, ids = [], 0, 0, prompt.input_ids
+    spans, i, ids = [], 0, prompt.input_ids
     while i < len(ids):
         if ids[i] == image_token_id:
             j = i
             while j < len(ids) and ids[j] == image_token_id:
                 j += 1
-            spans.append(ImageSpan(i, j, row))
-            row += j - i
+            spans.append(ImageSpan(i, j, len(spans)))
             i = j
         else:
             i += 1

@@ -13,17 +13,20 @@ import math
 import torch
 
 from .attention import DecodeBatch, PagedAttention, PagedKVCache, PrefillChunk
+from .encoder_cache import EncoderCache
 from .model.paddleocr_vl import PaddleOCRVL
 from .scheduler import Step
 from .sequence import Sequence
 
 
 class ModelRunner:
-    def __init__(self, model: PaddleOCRVL, cache: PagedKVCache) -> None:
+    def __init__(self, model: PaddleOCRVL, cache: PagedKVCache, encoder_cache: EncoderCache | None = None) -> None:
         self.model = model
         self.cache = cache
+        self.encoder_cache = encoder_cache
         self.block_size = cache.block_size
         self.tower_calls = 0
+        self.tower_images = 0
 
     @torch.inference_mode()
     def run(self, step: Step) -> tuple[list[Sequence], torch.Tensor]:
@@ -38,8 +41,7 @@ class ModelRunner:
             ids.extend(seq.token_ids[start:end])
             positions.append(seq.positions(start, end))
             slots.extend(self._slots(seq.block_table, start, end))
-            image_rows.extend(seq.image_embeds[s.row + a - s.start:s.row + b - s.start] for s, a, b in
-                              seq.spans_in(start, end))
+            image_rows.extend(self._image_rows(seq, start, end))
             blocks = seq.block_table[:math.ceil(end / self.block_size)]
             if count == 1:
                 decode_rows.append(offset)
@@ -62,14 +64,40 @@ class ModelRunner:
         bs = self.block_size
         return [table[i // bs] * bs + i % bs for i in range(start, end)]
 
+    def _image_rows(self, seq: Sequence, start: int, end: int) -> list[torch.Tensor]:
+        """Embedding rows of the placeholders in [start, end); an image fully consumed is let go."""
+        rows = []
+        for span, a, b in seq.spans_in(start, end):
+            rows.append(seq.image_embeds[span.index][a - span.start:b - span.start])
+            if b == span.end:
+                del seq.image_embeds[span.index]
+        return rows
+
     def _encode_missing_images(self, step: Step) -> None:
-        needing = [seq for seq, count in step.items
-                   if seq.image_embeds is None and seq.spans_in(seq.num_computed, seq.num_computed + count)]
-        if not needing:
+        """Fill each window's image embeddings from the encoder cache; encode all misses in one tower call."""
+        misses: dict[str, tuple[torch.Tensor, tuple[int, int, int]]] = {}
+        waiting: list[tuple[Sequence, int, str]] = []
+        for seq, count in step.items:
+            for span, _, _ in seq.spans_in(seq.num_computed, seq.num_computed + count):
+                if span.index in seq.image_embeds:
+                    continue
+                key = seq.image_hashes[span.index]
+                cached = self.encoder_cache.get(key) if self.encoder_cache else None
+                if cached is not None:
+                    seq.image_embeds[span.index] = cached
+                    continue
+                misses.setdefault(key, (seq.image_pixels[span.index], seq.prompt.grids[span.index]))
+                waiting.append((seq, span.index, key))
+        if not misses:
             return
-        pixels = torch.cat([seq.prompt.pixel_values for seq in needing])
-        grids = [grid for seq in needing for grid in seq.prompt.grids]
-        embeds = self.model.encode_images(pixels, grids)
+        grids = [grid for _, grid in misses.values()]
+        embeds = self.model.encode_images(torch.cat([pixels for pixels, _ in misses.values()]), grids)
         self.tower_calls += 1
-        for seq, part in zip(needing, embeds.split([s.num_image_tokens for s in needing]), strict=True):
-            seq.image_embeds = part
+        self.tower_images += len(misses)
+        merge = self.model.config.vision.spatial_merge_size ** 2
+        encoded = dict(zip(misses, embeds.split([t * h * w // merge for t, h, w in grids]), strict=True))
+        for key, value in encoded.items():
+            if self.encoder_cache:
+                self.encoder_cache.put(key, value)
+        for seq, index, key in waiting:
+            seq.image_embeds[index] = encoded[key]

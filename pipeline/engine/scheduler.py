@@ -15,6 +15,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from .block_pool import BlockPool
+from .prefix_cache import PrefixCache
 from .request import EngineError
 from .sequence import Sequence, Status
 
@@ -37,9 +38,10 @@ class Step:
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, pool: BlockPool) -> None:
+    def __init__(self, config: SchedulerConfig, pool: BlockPool, prefix_cache: PrefixCache | None = None) -> None:
         self.config = config
         self.pool = pool
+        self.prefix_cache = prefix_cache
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.preemptions = 0
@@ -65,7 +67,7 @@ class Scheduler:
         for seq in list(self.running):
             if seq.status is not Status.RUNNING or budget <= 0:
                 continue
-            count = self._chunk(seq, budget, first_prefill=not prefilled)
+            count = self._chunk(seq, budget, not prefilled, seq.num_computed)
             if count == 0 or not self._reserve(seq, count):
                 continue
             items.append((seq, count))
@@ -73,10 +75,14 @@ class Scheduler:
             prefilled |= seq.num_tokens - seq.num_computed > 1
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             seq = self.waiting[0]
-            count = self._chunk(seq, budget, first_prefill=not prefilled)
-            if count == 0 or not self._fits(seq, count):
+            hits = self.prefix_cache.find(seq) if self.prefix_cache else []
+            start = len(hits) * self.config.block_size
+            count = self._chunk(seq, budget, not prefilled, start)
+            revived = sum(1 for block in hits if self.pool.ref_counts[block] == 0)
+            if count == 0 or self._blocks_needed(seq, count, start, len(hits)) + revived > self.pool.num_free:
                 break
             self.waiting.popleft()
+            self._admit(seq, hits)
             self._grow(seq, count)
             seq.status = Status.RUNNING
             self.running.append(seq)
@@ -85,9 +91,8 @@ class Scheduler:
             prefilled = True
         return Step(items)
 
-    def _chunk(self, seq: Sequence, budget: int, first_prefill: bool) -> int:
-        start, remaining = seq.num_computed, seq.num_tokens - seq.num_computed
-        end = start + min(remaining, budget)
+    def _chunk(self, seq: Sequence, budget: int, first_prefill: bool, start: int) -> int:
+        end = start + min(seq.num_tokens - start, budget)
         for span in seq.spans:
             if span.start < end < span.end:
                 if span.start > start:
@@ -99,14 +104,27 @@ class Scheduler:
                 break
         return end - start
 
-    def _blocks_needed(self, seq: Sequence, count: int) -> int:
-        return max(0, math.ceil((seq.num_computed + count) / self.config.block_size) - len(seq.block_table))
+    def _blocks_needed(self, seq: Sequence, count: int, start: int | None = None, owned: int | None = None) -> int:
+        start = seq.num_computed if start is None else start
+        owned = len(seq.block_table) if owned is None else owned
+        return max(0, math.ceil((start + count) / self.config.block_size) - owned)
 
     def _fits(self, seq: Sequence, count: int) -> bool:
         return self._blocks_needed(seq, count) <= self.pool.num_free
 
     def _grow(self, seq: Sequence, count: int) -> None:
         seq.block_table.extend(self.pool.allocate(self._blocks_needed(seq, count)))
+
+    def _admit(self, seq: Sequence, hits: list[int]) -> None:
+        """Start a waiting sequence on its cached prefix blocks (if any)."""
+        for block in hits:
+            self.pool.acquire(block)
+        seq.block_table = list(hits)
+        seq.num_computed = len(hits) * self.config.block_size
+        seq.num_registered = len(hits)
+        seq.num_cached = max(seq.num_cached, seq.num_computed)
+        if self.prefix_cache:
+            self.prefix_cache.record(seq, len(hits))
 
     def _reserve(self, seq: Sequence, count: int) -> bool:
         """Make room for `seq` by preempting newer running sequences; False if `seq` itself had to go."""
@@ -129,6 +147,8 @@ class Scheduler:
         """Record that the step's tokens now have KV in the cache."""
         for seq, count in step.items:
             seq.num_computed += count
+            if self.prefix_cache:
+                self.prefix_cache.register(seq)
 
     def finish(self, seq: Sequence, reason: str) -> None:
         if seq.status is Status.FINISHED:

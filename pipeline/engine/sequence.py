@@ -21,16 +21,16 @@ class Status(Enum):
 
 @dataclass(frozen=True)
 class ImageSpan:
-    """Token range [start, end) of one image's placeholders in the prompt, and its rows in the embeddings."""
+    """Token range [start, end) of the placeholders of the request's image number `index`."""
 
     start: int
     end: int
-    row: int
+    index: int
 
 
 class Sequence:
     def __init__(self, request_id: str, request: Request, prompt: Prompt, positions: torch.Tensor, rope_delta: int,
-                 spans: list[ImageSpan], detokenizer: IncrementalDetokenizer) -> None:
+                 spans: list[ImageSpan], image_hashes: list[str], detokenizer: IncrementalDetokenizer) -> None:
         self.request_id = request_id
         self.request = request
         self.prompt = prompt
@@ -39,8 +39,12 @@ class Sequence:
         self.prompt_positions = positions
         self.rope_delta = rope_delta
         self.spans = spans
+        self.image_hashes = image_hashes
+        self.image_pixels = list(prompt.pixel_values.split(prompt.patch_counts)) if spans else []
         self.detokenizer = detokenizer
-        self.image_embeds: torch.Tensor | None = None
+        self.image_embeds: dict[int, torch.Tensor] = {}
+        self.block_keys: list[tuple[bytes, object]] = []
+        self.num_registered = 0
         self.block_table: list[int] = []
         self.num_computed = 0
         self.num_cached = 0
@@ -58,10 +62,6 @@ class Sequence:
     @property
     def output_ids(self) -> list[int]:
         return self.token_ids[self.num_prompt_tokens:]
-
-    @property
-    def num_image_tokens(self) -> int:
-        return sum(s.end - s.start for s in self.spans)
 
     def positions(self, start: int, end: int) -> torch.Tensor:
         """(3, end-start) M-RoPE positions: the prompt's table, then index + rope_delta for generated tokens."""
@@ -84,6 +84,8 @@ class Sequence:
         """Preempted: its KV is dropped; prompt and generated tokens are prefilled again later."""
         self.block_table = []
         self.num_computed = 0
+        self.num_registered = 0
+        self.image_embeds = {}
         self.status = Status.WAITING
 
 

@@ -1,0 +1,94 @@
+"""Prefix cache and encoder cache: reuse that never leaks one image's, or one tenant's, KV into another."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.engine.engine import Engine
+from pipeline.engine.request import Request
+from tests.reference import random_image
+
+CROPS = [random_image(120, 80, seed=s) for s in (11, 12, 13)]  # three different crops of one size
+
+
+def _ocr(image, **kw) -> Request:
+    return Request(prompt="OCR:", images=[image], max_tokens=12, ignore_eos=True, **kw)
+
+
+@pytest.fixture(scope="module")
+def cache_off_answers(tiny_checkpoint) -> list[list[int]]:
+    engine = Engine.from_pretrained(tiny_checkpoint, enable_prefix_caching=False, encoder_cache_tokens=0)
+    return [engine.generate([_ocr(crop)])[0].token_ids for crop in CROPS]
+
+
+def test_same_size_crops_never_share_kv_and_repeats_hit_the_cache(tiny_checkpoint, cache_off_answers):
+    engine = Engine.from_pretrained(tiny_checkpoint)
+    for round_ in range(2):
+        for crop, expected in zip(CROPS, cache_off_answers, strict=True):
+            out = engine.generate([_ocr(crop)])[0]
+            assert out.token_ids == expected
+            assert (out.cached_tokens > 0) == (round_ == 1)
+    assert cache_off_answers[0] != cache_off_answers[1] != cache_off_answers[2]
+
+
+def test_tenants_never_share_blocks_but_a_tenant_reuses_its_own(tiny_checkpoint):
+    engine = Engine.from_pretrained(tiny_checkpoint)
+    first = engine.generate([_ocr(CROPS[0], cache_salt="tenant-a")])[0]
+    other = engine.generate([_ocr(CROPS[0], cache_salt="tenant-b")])[0]
+    again = engine.generate([_ocr(CROPS[0], cache_salt="tenant-a")])[0]
+    assert first.cached_tokens == 0 and other.cached_tokens == 0 and again.cached_tokens > 0
+    by_salt: dict[str, set[int]] = {}
+    for block, (_, key) in engine.pool.keys.items():
+        by_salt.setdefault(key.salt, set()).add(block)
+    assert by_salt["tenant-a"] and by_salt["tenant-b"] and not by_salt["tenant-a"] & by_salt["tenant-b"]
+    assert first.token_ids == other.token_ids == again.token_ids
+
+
+def test_a_hit_that_ends_inside_an_image_span_gives_the_cache_off_tokens(tiny_checkpoint, cache_off_answers):
+    engine = Engine.from_pretrained(tiny_checkpoint, block_size=16, num_blocks=64, encoder_cache_tokens=0)
+    engine.generate([_ocr(CROPS[0])])
+    seq = engine.prepare(_ocr(CROPS[0]))
+    span = seq.spans[0]
+    keep = span.start // 16 + 3  # the cached chain will end 3 blocks into the image
+    assert span.start < keep * 16 < span.end
+    chain = len(engine.pool.cached)
+    untouched = engine.pool.num_free - chain
+    evictor = engine.pool.allocate(untouched + chain - keep)  # LRU: the tail of the chain goes first
+    engine.pool.release(evictor)
+    out = engine.generate([_ocr(CROPS[0])])[0]
+    assert out.cached_tokens == keep * 16
+    assert out.token_ids == cache_off_answers[0]
+
+
+def test_under_preemption_the_tower_runs_once_per_distinct_image(tiny_checkpoint, cache_off_answers):
+    engine = Engine.from_pretrained(tiny_checkpoint, block_size=4, num_blocks=260, max_num_batched_tokens=64,
+                                    max_num_seqs=6, enable_prefix_caching=False)
+    requests = [_ocr(CROPS[i % 3]) for i in range(9)]
+    outputs = engine.generate(requests)
+    stats = engine.stats()
+    assert stats["preemptions"] > 0 and stats["encoder_cache_hits"] > 0
+    assert stats["vision_tower_images"] == 3
+    for i, out in enumerate(outputs):
+        assert out.token_ids == cache_off_answers[i % 3]
+
+
+def _text(words: str) -> Request:
+    return Request(messages=[{"role": "user", "content": words}], max_tokens=1, ignore_eos=True)
+
+
+def test_cached_blocks_are_evicted_least_recently_used_first(tiny_checkpoint):
+    engine = Engine.from_pretrained(tiny_checkpoint, block_size=4, num_blocks=40)
+    pool, prefix = engine.pool, engine.prefix_cache
+    older, newer = _text("invoice total amount due " * 3), _text("methods results discussion " * 3)
+    engine.generate([older])
+    engine.generate([newer])
+    hits_older = len(prefix.find(engine.prepare(older)))
+    hits_newer = len(prefix.find(engine.prepare(newer)))
+    assert hits_older > 1 and hits_newer > 1
+    lead = next(i for i, block in enumerate(pool.free_queue) if block in pool.keys)
+    pool.release(pool.allocate(lead + 1))  # the least recently freed cached block must go, and only it
+    assert pool.evictions == 1
+    assert len(prefix.find(engine.prepare(older))) == hits_older - 1
+    assert len(prefix.find(engine.prepare(newer))) == hits_newer
+    assert engine.generate([older])[0].cached_tokens == (hits_older - 1) * 4
+    assert min(pool.ref_counts) == 0 and pool.num_free == pool.num_blocks
