@@ -22,8 +22,34 @@ def main(argv: list[str] | None = None) -> int:
     recognize.add_argument("--model", default=None, help="local directory or hub id")
     recognize.add_argument("--task", default="ocr", choices=["ocr", "table", "formula", "chart", "spotting", "seal"])
     recognize.add_argument("--max-tokens", type=int, default=None)
+    engine = commands.add_parser("engine", help="the inference engine on its own")
+    engine_commands = engine.add_subparsers(dest="engine_command", required=True)
+    serve = engine_commands.add_parser("serve", help="OpenAI-compatible chat completions server")
+    serve.add_argument("--model", default=None, help="local directory or hub id")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--max-num-seqs", type=int, default=32)
     args = parser.parse_args(argv)
-    return {"demo": _demo, "recognize": _recognize}[args.command](args)
+    return {"demo": _demo, "recognize": _recognize, "engine": _serve_engine}[args.command](args)
+
+
+def _serve_engine(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .engine.engine import Engine
+    from .engine.model.loader import CheckpointError
+    from .engine.server import create_app
+
+    settings = get_settings()
+    model = args.model or settings.model
+    try:
+        engine = Engine.from_pretrained(model, device=settings.device, dtype=settings.dtype,
+                                        max_num_seqs=args.max_num_seqs)
+    except CheckpointError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    uvicorn.run(create_app(engine, str(model)), host=args.host, port=args.port)
+    return 0
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -218,10 +218,10 @@ class Engine:
 
     # -- background loop -----------------------------------------------------------------------
 
-    def submit(self, request: Request, on_delta: Callable[[Delta], None] | None = None) -> Future[Output]:
+    def submit(self, request: Request | Sequence, on_delta: Callable[[Delta], None] | None = None) -> Future[Output]:
         """Thread-safe: queue a request for the background loop; the future resolves to its Output."""
         future: Future[Output] = Future()
-        seq = self.prepare(request)
+        seq = request if isinstance(request, Sequence) else self.prepare(request)
         future.request_id = seq.request_id
         self._inbox.put(("add", (seq, future, on_delta)))
         self._ensure_loop()
@@ -232,7 +232,7 @@ class Engine:
         self._inbox.put(("abort", request_id))
         self._wake.set()
 
-    async def stream(self, request: Request) -> AsyncIterator[Delta]:
+    async def stream(self, request: Request | Sequence) -> AsyncIterator[Delta]:
         """Deltas of one request as they are produced; the last carries finish_reason."""
         loop = asyncio.get_running_loop()
         deltas = asyncio.Queue()
