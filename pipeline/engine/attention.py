@@ -13,10 +13,10 @@ import torch.nn.functional as F
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past: int) -> torch.Tensor:
     """q (T, H, D) attends k/v (past + T, KV, D) causally; GQA by head grouping."""
     t, total = q.shape[0], k.shape[0]
-    mask = torch.ones(t, total, dtype=torch.bool, device=q.device).tril(diagonal=past)
+    mask = None if past == 0 else torch.ones(t, total, dtype=torch.bool, device=q.device).tril(diagonal=past)
     out = F.scaled_dot_product_attention(
-        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask, enable_gqa=True
-    )
+        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask, is_causal=past == 0,
+        enable_gqa=True)
     return out.transpose(0, 1)
 
 
@@ -58,17 +58,25 @@ class PagedKVCache:
         return memory_bytes // per_block
 
 
+def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """One query (H, D) over k/v (L, KV, D), heads grouped onto their KV head: no K/V copy per query head."""
+    heads, dim = q.shape
+    kv_heads = k.shape[1]
+    grouped = q.view(kv_heads, heads // kv_heads, dim)
+    scores = torch.matmul(grouped, k.permute(1, 2, 0)) * dim ** -0.5
+    return torch.matmul(scores.softmax(-1), v.transpose(0, 1)).reshape(heads, dim)
+
+
 class PagedAttention:
     """Attention of one step's flat batch through block tables.
 
-    New K/V are written to their slots first; decode rows (one query each) then run as one padded,
-    length-masked SDPA call, and each prefill chunk attends its cached prefix plus itself under the causal
-    mask (never unmasked: a later chunk's causality comes from that mask).
+    New K/V are written to their slots first. Each decode row gathers only its own blocks (padding every
+    row to the longest context costs more than a short loop), and each prefill chunk attends its cached
+    prefix plus itself under the causal mask (never unmasked: a later chunk's causality comes from it).
     """
 
-    def __init__(self, cache: PagedKVCache, slots: torch.Tensor, decode: DecodeBatch | None,
-                 prefills: list[PrefillChunk]) -> None:
-        self.cache, self.slots, self.decode, self.prefills = cache, slots, decode, prefills
+    def __init__(self, cache: PagedKVCache, slots: torch.Tensor, chunks: list[Chunk]) -> None:
+        self.cache, self.slots, self.chunks = cache, slots, chunks
 
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         k_pool, v_pool = self.cache.k[layer], self.cache.v[layer]
@@ -76,40 +84,27 @@ class PagedAttention:
         k_pool.view(kv_shape).index_copy_(0, self.slots, k)
         v_pool.view(kv_shape).index_copy_(0, self.slots, v)
         out = torch.empty_like(q)
-        if self.decode is not None:
-            out[self.decode.rows] = self._decode(q[self.decode.rows], k_pool, v_pool)
-        for chunk in self.prefills:
-            keys = k_pool[chunk.blocks].flatten(0, 1)[:chunk.context]
-            values = v_pool[chunk.blocks].flatten(0, 1)[:chunk.context]
-            q_chunk = q[chunk.start:chunk.start + chunk.length]
-            out[chunk.start:chunk.start + chunk.length] = causal_attention(
-                q_chunk, keys, values, chunk.context - chunk.length)
+        for chunk in self.chunks:
+            keys = chunk.read(k_pool)
+            values = chunk.read(v_pool)
+            if chunk.length == 1:
+                out[chunk.start] = decode_attention(q[chunk.start], keys, values)
+                continue
+            rows = slice(chunk.start, chunk.start + chunk.length)
+            out[rows] = causal_attention(q[rows], keys, values, chunk.context - chunk.length)
         return out
 
-    def _decode(self, q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> torch.Tensor:
-        batch = self.decode
-        keys = k_pool[batch.block_tables].flatten(1, 2).transpose(1, 2)  # (B, KV, L, D)
-        values = v_pool[batch.block_tables].flatten(1, 2).transpose(1, 2)
-        out = F.scaled_dot_product_attention(q[:, :, None, :], keys, values, attn_mask=batch.mask, enable_gqa=True)
-        return out[:, :, 0, :]
 
-
-class DecodeBatch:
-    """Decode rows of a step: their flat-batch indices, padded block tables and a context-length mask."""
-
-    def __init__(self, rows: list[int], block_tables: list[list[int]], contexts: list[int], block_size: int,
-                 device: torch.device) -> None:
-        width = max(len(t) for t in block_tables)
-        padded = [t + [0] * (width - len(t)) for t in block_tables]
-        self.rows = torch.tensor(rows, device=device)
-        self.block_tables = torch.tensor(padded, device=device)
-        lengths = torch.tensor(contexts, device=device)
-        self.mask = (torch.arange(width * block_size, device=device) < lengths[:, None])[:, None, None, :]
-
-
-class PrefillChunk:
-    """One sequence's prefill chunk: rows [start, start+length) of the batch, `context` tokens of KV."""
+class Chunk:
+    """One sequence's rows [start, start+length) of the batch, attending `context` tokens of KV."""
 
     def __init__(self, start: int, length: int, context: int, blocks: list[int], device: torch.device) -> None:
         self.start, self.length, self.context = start, length, context
-        self.blocks = torch.tensor(blocks, device=device)
+        consecutive = blocks == list(range(blocks[0], blocks[0] + len(blocks)))
+        self.run = slice(blocks[0], blocks[0] + len(blocks)) if consecutive else None
+        self.blocks = None if consecutive else torch.tensor(blocks, device=device)
+
+    def read(self, pool: torch.Tensor) -> torch.Tensor:
+        """The chunk's (context, KV, D) keys or values: a view when its blocks are consecutive."""
+        picked = pool[self.run] if self.run is not None else pool[self.blocks]
+        return picked.flatten(0, 1)[:self.context]

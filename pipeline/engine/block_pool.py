@@ -40,6 +40,7 @@ class BlockPool:
         self.keys: dict[int, tuple[bytes, BlockKey]] = {}
         self.cached: dict[bytes, int] = {}
         self.evictions = 0
+        self.cursor = 0
 
     @property
     def num_free(self) -> int:
@@ -61,6 +62,45 @@ class BlockPool:
             self._forget(block)
             self.ref_counts[block] = 1
         return blocks
+
+    def allocate_run(self, count: int, headroom: int = 0) -> list[int]:
+        """`count` consecutive blocks followed by `headroom` free ones, if such an uncached run exists.
+
+        Consecutive blocks let attention read a sequence's KV as a view instead of gathering it; the
+        headroom (a placement preference, not a reservation) leaves the sequence room to grow in place.
+        Falls back to least-recently-freed order, so cached blocks are never evicted out of turn.
+        """
+        start = self._find_run(count + headroom) if count else None
+        if start is None:
+            return self.allocate(count)
+        self.cursor = (start + count + headroom) % self.num_blocks
+        return self._take(range(start, start + count))
+
+    def allocate_after(self, last: int, count: int) -> list[int]:
+        """`count` blocks, right after block `last` when those are free and uncached."""
+        wanted = range(last + 1, last + 1 + count)
+        if wanted.stop <= self.num_blocks and all(self._is_spare(b) for b in wanted):
+            return self._take(wanted)
+        return self.allocate_run(count)
+
+    def _is_spare(self, block: int) -> bool:
+        return self.ref_counts[block] == 0 and block not in self.keys
+
+    def _find_run(self, length: int) -> int | None:
+        """Next fit from the cursor, so a new run does not land in the headroom of the previous one."""
+        for blocks in (range(self.cursor, self.num_blocks), range(self.cursor)):
+            run = 0
+            for block in blocks:
+                run = run + 1 if self._is_spare(block) else 0
+                if run == length:
+                    return block - length + 1
+        return None
+
+    def _take(self, blocks: range) -> list[int]:
+        for block in blocks:
+            del self.free_queue[block]
+            self.ref_counts[block] = 1
+        return list(blocks)
 
     def release(self, blocks: Sequence[int]) -> None:
         """Drop one reference to each block; a block whose last owner left joins the free queue's tail."""

@@ -70,6 +70,8 @@ def load_image(source: Image.Image | bytes | str | Path, max_pixels: int = DEFAU
         data = source if isinstance(source, bytes) else Path(source).read_bytes()
         try:
             image = Image.open(io.BytesIO(data))
+        except Image.DecompressionBombError as exc:
+            raise ImageError("too_many_pixels", str(exc)) from exc
         except (UnidentifiedImageError, OSError, ValueError) as exc:
             raise ImageError("undecodable", f"not a decodable image ({exc})") from exc
     width, height = image.size

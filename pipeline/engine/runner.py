@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from .attention import DecodeBatch, PagedAttention, PagedKVCache, PrefillChunk
+from .attention import Chunk, PagedAttention, PagedKVCache
 from .encoder_cache import EncoderCache
 from .model.paddleocr_vl import PaddleOCRVL
 from .scheduler import Step
@@ -34,7 +34,7 @@ class ModelRunner:
         self._encode_missing_images(step)
         device = self.model.device
         ids, positions, slots, image_rows = [], [], [], []
-        decode_rows, decode_tables, decode_contexts, prefills, sample_rows, sampled = [], [], [], [], [], []
+        chunks, sample_rows, sampled = [], [], []
         offset = 0
         for seq, count in step.items:
             start, end = seq.num_computed, seq.num_computed + count
@@ -42,20 +42,12 @@ class ModelRunner:
             positions.append(seq.positions(start, end))
             slots.extend(self._slots(seq.block_table, start, end))
             image_rows.extend(self._image_rows(seq, start, end))
-            blocks = seq.block_table[:math.ceil(end / self.block_size)]
-            if count == 1:
-                decode_rows.append(offset)
-                decode_tables.append(blocks)
-                decode_contexts.append(end)
-            else:
-                prefills.append(PrefillChunk(offset, count, end, blocks, device))
+            chunks.append(Chunk(offset, count, end, seq.block_table[:math.ceil(end / self.block_size)], device))
             offset += count
             if end == seq.num_tokens:
                 sample_rows.append(offset - 1)
                 sampled.append(seq)
-        decode = DecodeBatch(decode_rows, decode_tables, decode_contexts, self.block_size, device) \
-            if decode_rows else None
-        attention = PagedAttention(self.cache, torch.tensor(slots, device=device), decode, prefills)
+        attention = PagedAttention(self.cache, torch.tensor(slots, device=device), chunks)
         embeds = self.model.embed(torch.tensor(ids, device=device), torch.cat(image_rows) if image_rows else None)
         hidden = self.model(embeds, torch.cat(positions, dim=1).to(device), attention)
         return sampled, self.model.logits(hidden[sample_rows])

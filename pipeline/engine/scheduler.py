@@ -113,7 +113,14 @@ class Scheduler:
         return self._blocks_needed(seq, count) <= self.pool.num_free
 
     def _grow(self, seq: Sequence, count: int) -> None:
-        seq.block_table.extend(self.pool.allocate(self._blocks_needed(seq, count)))
+        needed = self._blocks_needed(seq, count)
+        if not needed:
+            return
+        if seq.block_table:
+            seq.block_table.extend(self.pool.allocate_after(seq.block_table[-1], needed))
+        else:
+            final = math.ceil((seq.num_tokens + seq.request.max_tokens) / self.config.block_size)
+            seq.block_table.extend(self.pool.allocate_run(needed, final - needed))
 
     def _admit(self, seq: Sequence, hits: list[int]) -> None:
         """Start a waiting sequence on its cached prefix blocks (if any)."""

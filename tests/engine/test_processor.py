@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import zlib
 
 import pytest
 import torch
@@ -88,6 +89,17 @@ def test_bomb_limit_is_checked_before_decoding(tiny_checkpoint):
     small_limit = Processor.from_pretrained(tiny_checkpoint, max_image_pixels=1000)
     with pytest.raises(ImageError, match="too_many_pixels"):
         small_limit.encode("OCR:", [_png(random_image(64, 64))])
+
+
+def test_a_huge_encoded_image_is_refused_from_its_header(processor):
+    png = _png(Image.new("L", (1, 1)))
+    at = png.index(b"IHDR")
+    data = (60000).to_bytes(4, "big") * 2 + png[at + 12:at + 17]
+    chunk = b"IHDR" + data
+    huge = png[:at] + chunk + zlib.crc32(chunk).to_bytes(4, "big") + png[at + 21:]
+    with pytest.raises(ImageError) as caught:
+        processor.encode("OCR:", [huge])
+    assert caught.value.code == "too_many_pixels"
 
 
 def test_mismatched_images_and_placeholders_are_refused(processor):
