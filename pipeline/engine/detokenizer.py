@@ -52,3 +52,8 @@ class IncrementalDetokenizer:
 
     def final_text(self) -> str:
         return self.text if self.stopped else self._decode(self.ids)
+
+    def remaining_text(self) -> str:
+        """What `final_text` holds beyond the text already emitted (a held-back partial character)."""
+        final = self.final_text()
+        return final[len(self.text):] if final.startswith(self.text) else ""

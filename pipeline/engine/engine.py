@@ -111,6 +111,7 @@ class Engine:
         if request.max_tokens < 1:
             raise EngineError("invalid_request", "max_tokens must be at least 1")
         prompt = self.encode(request)
+        self.scheduler.check_fits(len(prompt.input_ids), request.max_tokens)
         image_id = self.model.config.image_token_id
         positions, rope_delta = get_rope_index(prompt.input_ids, prompt.grids, image_id)
         request_id = request.request_id or f"req-{next(self._ids)}"
@@ -204,7 +205,7 @@ class Engine:
             request_id=seq.request_id, text=seq.detokenizer.final_text(), token_ids=seq.output_ids,
             finish_reason=reason, prompt_tokens=seq.num_prompt_tokens, cached_tokens=seq.num_cached,
             ttft_s=first - seq.arrival, tpot_s=(seq.finished_at - first) / max(1, len(seq.output_ids) - 1))
-        self._notify(seq, Delta(seq.request_id, "", [], reason))
+        self._notify(seq, Delta(seq.request_id, seq.detokenizer.remaining_text(), [], reason))
         self.listeners.pop(seq.request_id, None)
         future = self._futures.pop(seq.request_id, None)
         if future is not None:
@@ -213,8 +214,12 @@ class Engine:
 
     def _notify(self, seq: Sequence, delta: Delta) -> None:
         listener = self.listeners.get(seq.request_id)
-        if listener is not None:
+        if listener is None:
+            return
+        try:
             listener(delta)
+        except Exception:  # a caller that went away (closed event loop) loses its stream, not the batch
+            self.listeners.pop(seq.request_id, None)
 
     # -- background loop -----------------------------------------------------------------------
 
@@ -285,7 +290,7 @@ class Engine:
             seq, future, on_delta = payload
             try:
                 self.add_request(seq)
-            except EngineError as exc:
+            except Exception as exc:  # refused here, the request fails; the loop lives on
                 future.set_exception(exc)
                 continue
             self._futures[seq.request_id] = future

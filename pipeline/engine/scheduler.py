@@ -50,11 +50,14 @@ class Scheduler:
     def capacity_tokens(self) -> int:
         return self.pool.num_blocks * self.config.block_size
 
+    def check_fits(self, prompt_tokens: int, max_tokens: int) -> None:
+        """Refuse a request that could never run, rather than queue it forever."""
+        if prompt_tokens + max_tokens > self.capacity_tokens:
+            raise EngineError("prompt_too_long", f"prompt of {prompt_tokens} tokens plus max_tokens "
+                              f"{max_tokens} can never fit the KV cache of {self.capacity_tokens} tokens")
+
     def add(self, seq: Sequence) -> None:
-        needed = seq.num_tokens + seq.request.max_tokens
-        if needed > self.capacity_tokens:
-            raise EngineError("prompt_too_long", f"prompt of {seq.num_tokens} tokens plus max_tokens "
-                              f"{seq.request.max_tokens} can never fit the KV cache of {self.capacity_tokens} tokens")
+        self.check_fits(seq.num_tokens, seq.request.max_tokens)
         self.waiting.append(seq)
 
     def has_unfinished(self) -> bool:
