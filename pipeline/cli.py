@@ -28,7 +28,11 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--model", default=None, help="local directory or hub id")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--max-num-seqs", type=int, default=32)
+    serve.add_argument("--served-model-name", default=None, help="model id clients send (default: --model)")
+    serve.add_argument("--max-num-seqs", type=int, default=32, help="requests decoded together at most")
+    serve.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
+                       help="weights and KV cache dtype (default: QUIRE_DTYPE)")
+    serve.add_argument("--device", default=None, help="torch device such as cpu or cuda (default: QUIRE_DEVICE)")
     args = parser.parse_args(argv)
     return {"demo": _demo, "recognize": _recognize, "engine": _serve_engine}[args.command](args)
 
@@ -43,12 +47,16 @@ def _serve_engine(args: argparse.Namespace) -> int:
     settings = get_settings()
     model = args.model or settings.model
     try:
-        engine = Engine.from_pretrained(model, device=settings.device, dtype=settings.dtype,
-                                        max_num_seqs=args.max_num_seqs)
+        engine = Engine.from_pretrained(model, device=args.device or settings.device,
+                                        dtype=args.dtype or settings.dtype, max_num_seqs=args.max_num_seqs)
     except CheckpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    uvicorn.run(create_app(engine, str(model)), host=args.host, port=args.port)
+    app = create_app(engine, args.served_model_name or str(model), default_max_tokens=settings.max_tokens)
+    try:
+        uvicorn.run(app, host=args.host, port=args.port)
+    finally:
+        engine.close()
     return 0
 
 
