@@ -10,6 +10,8 @@ import numpy as np
 import torch
 from PIL import Image
 
+from pipeline.engine.attention import causal_attention
+
 
 @cache
 def hf_processor(directory: Path):
@@ -67,3 +69,24 @@ def random_image(width: int, height: int, mode: str = "RGB", seed: int = 0) -> I
     channels = {"RGB": 3, "RGBA": 4, "L": None}[mode]
     shape = (height, width, channels) if channels else (height, width)
     return Image.fromarray((rs.rand(*shape) * 255).astype("uint8"), mode)
+
+
+class ContiguousKV:
+    """KV cache of one sequence in growing tensors: the plain exact path the paged engine is checked against."""
+
+    def __init__(self, num_layers: int) -> None:
+        self.keys: list[torch.Tensor | None] = [None] * num_layers
+        self.values: list[torch.Tensor | None] = [None] * num_layers
+
+    @property
+    def length(self) -> int:
+        k = self.keys[0]
+        return 0 if k is None else k.shape[0]
+
+    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        past = 0 if self.keys[layer] is None else self.keys[layer].shape[0]
+        if past:
+            k = torch.cat((self.keys[layer], k))
+            v = torch.cat((self.values[layer], v))
+        self.keys[layer], self.values[layer] = k, v
+        return causal_attention(q, k, v, past)

@@ -1,8 +1,4 @@
-"""Attention backends the decoder calls with its rotated q/k/v.
-
-`ContiguousKV` keeps one sequence's keys and values in growing tensors: the simple exact path used by the
-parity tests and as the reference the paged path is compared against.
-"""
+"""Attention backends the decoder calls with its rotated q/k/v: the paged KV cache and its attention."""
 
 from __future__ import annotations
 
@@ -18,27 +14,6 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past: in
         q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask, is_causal=past == 0,
         enable_gqa=True)
     return out.transpose(0, 1)
-
-
-class ContiguousKV:
-    """KV cache of one sequence, one (K, V) pair of tensors per layer."""
-
-    def __init__(self, num_layers: int) -> None:
-        self.keys: list[torch.Tensor | None] = [None] * num_layers
-        self.values: list[torch.Tensor | None] = [None] * num_layers
-
-    @property
-    def length(self) -> int:
-        k = self.keys[0]
-        return 0 if k is None else k.shape[0]
-
-    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        past = 0 if self.keys[layer] is None else self.keys[layer].shape[0]
-        if past:
-            k = torch.cat((self.keys[layer], k))
-            v = torch.cat((self.values[layer], v))
-        self.keys[layer], self.values[layer] = k, v
-        return causal_attention(q, k, v, past)
 
 
 class PagedKVCache:

@@ -54,11 +54,6 @@ def _run_end(is_image: torch.Tensor, start: int) -> int:
     return start + int(differs[0]) if len(differs) else len(is_image)
 
 
-def decode_positions(seq_lens: torch.Tensor, rope_deltas: torch.Tensor) -> torch.Tensor:
-    """Positions (3, B) of the next token of each sequence, given its length so far."""
-    return (seq_lens + rope_deltas).expand(3, -1)
-
-
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)

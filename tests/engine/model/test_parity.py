@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipeline.engine.attention import ContiguousKV
 from pipeline.engine.engine import Engine
 from pipeline.engine.model.rope import get_rope_index
 from pipeline.engine.processor import TASK_PROMPTS, normalize_messages
 from pipeline.engine.request import Request
-from tests.reference import assert_same_greedy, hf_greedy, hf_logits, random_image, user_turn
+from tests.reference import ContiguousKV, assert_same_greedy, hf_greedy, hf_logits, random_image, user_turn
 
 GREEDY_TOKENS = 32
 
