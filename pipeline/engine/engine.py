@@ -116,10 +116,10 @@ class Engine:
         positions, rope_delta = get_rope_index(prompt.input_ids, prompt.grids, image_id)
         request_id = request.request_id or f"req-{next(self._ids)}"
         detok = IncrementalDetokenizer(self.processor.tokenizer, request.skips_special_tokens, request.stop)
-        pixels = prompt.pixel_values.split(prompt.patch_counts) if prompt.grids else []
+        pixels = list(prompt.pixel_values.split(prompt.patch_counts)) if prompt.grids else []
         hashes = [image_hash(p, grid) for p, grid in zip(pixels, prompt.grids, strict=True)]
         spans = _image_spans(prompt, image_id)
-        return Sequence(request_id, request, prompt, positions, rope_delta, spans, hashes, detok)
+        return Sequence(request_id, request, prompt, positions, rope_delta, spans, pixels, hashes, detok)
 
     def add_request(self, request: Request | Sequence) -> str:
         seq = request if isinstance(request, Sequence) else self.prepare(request)

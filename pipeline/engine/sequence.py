@@ -30,7 +30,8 @@ class ImageSpan:
 
 class Sequence:
     def __init__(self, request_id: str, request: Request, prompt: Prompt, positions: torch.Tensor, rope_delta: int,
-                 spans: list[ImageSpan], image_hashes: list[str], detokenizer: IncrementalDetokenizer) -> None:
+                 spans: list[ImageSpan], image_pixels: list[torch.Tensor], image_hashes: list[str],
+                 detokenizer: IncrementalDetokenizer) -> None:
         self.request_id = request_id
         self.request = request
         self.prompt = prompt
@@ -40,7 +41,7 @@ class Sequence:
         self.rope_delta = rope_delta
         self.spans = spans
         self.image_hashes = image_hashes
-        self.image_pixels = list(prompt.pixel_values.split(prompt.patch_counts)) if spans else []
+        self.image_pixels = image_pixels
         self.detokenizer = detokenizer
         self.image_embeds: dict[int, torch.Tensor] = {}
         self.block_keys: list[tuple[bytes, object]] = []
