@@ -1,0 +1,101 @@
+"""The recognizer interface: region crops in, raw recognitions out.
+
+This module is the only place `pipeline.documents` touches the engine, so the document pipeline can run on
+anything that answers `submit` (a remote engine, a recorded run) and the engine never learns about pages.
+`submit` returns a future at once and the futures never fail (an error is a Recognition with `error` set), so
+a caller can put every region of many pages in flight together and let the engine batch them.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from PIL import Image
+
+from pipeline.engine.processor import TASK_PROMPTS, ImageError
+from pipeline.engine.request import EngineError, Output, Request
+
+if TYPE_CHECKING:
+    from pipeline.engine.engine import Engine
+
+TASKS: frozenset[str] = frozenset({"ocr", "table", "formula", "chart", "seal"})
+
+
+@dataclass(frozen=True)
+class RecognitionTask:
+    """One region to recognise: its crop and the task (`ocr`, `table`, `formula`, `chart`, `seal`)."""
+
+    image: Image.Image
+    task: str
+
+
+@dataclass(frozen=True)
+class Recognition:
+    """The raw output for one region, or the error code that stopped it (`error` is None on success)."""
+
+    text: str = ""
+    finish_reason: str = "error"
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    cached_tokens: int = 0
+    ttft_ms: float = 0.0  # submission to first token: queueing and prefill together
+    decode_ms: float = 0.0  # first token to last
+    error: str | None = None
+    message: str | None = None
+
+    @classmethod
+    def failed(cls, code: str, message: str) -> Recognition:
+        return cls(error=code, message=message)
+
+
+class Recognizer(Protocol):
+    def submit(self, task: RecognitionTask) -> Future[Recognition]:
+        """Start recognising one region; the future always resolves to a Recognition, never to an exception."""
+        ...
+
+
+def task_prompt(task: str) -> str:
+    """The model's prompt for a task name (`table` → `Table Recognition:`)."""
+    if task not in TASKS:
+        raise ValueError(f"unknown recognition task {task!r}; expected one of {sorted(TASKS)}")
+    return TASK_PROMPTS[task]
+
+
+def recognize_all(recognizer: Recognizer, tasks: list[RecognitionTask]) -> list[Recognition]:
+    """Submit all tasks before waiting for any (so they batch), and return their results in order."""
+    futures = [recognizer.submit(task) for task in tasks]
+    return [future.result() for future in futures]
+
+
+class EngineRecognizer:
+    """A Recognizer on an in-process Engine: each region is one greedy request through the engine's loop."""
+
+    def __init__(self, engine: Engine, max_tokens: int, cache_salt: str = "") -> None:
+        self.engine = engine
+        self.max_tokens = max_tokens
+        self.cache_salt = cache_salt  # per-tenant prefix-cache salt (see DESIGN.md, engine invariant 1)
+
+    def submit(self, task: RecognitionTask) -> Future[Recognition]:
+        request = Request(task_prompt(task.task), [task.image], max_tokens=self.max_tokens,
+                          cache_salt=self.cache_salt)
+        result: Future[Recognition] = Future()
+        try:
+            pending = self.engine.submit(request)  # preprocesses here, in the caller's thread
+        except (ImageError, EngineError) as exc:  # a crop the model cannot take (too thin, too long a prompt)
+            result.set_result(Recognition.failed(exc.code, str(exc)))
+            return result
+        pending.add_done_callback(lambda done: result.set_result(_recognition(done)))
+        return result
+
+
+def _recognition(done: Future[Output]) -> Recognition:
+    exc = done.exception()
+    if exc is not None:  # the engine failed the step this request was in; its siblings on other steps go on
+        return Recognition.failed("recognition_failed", f"{type(exc).__name__}: {exc}")
+    out = done.result()
+    return Recognition(
+        text=out.text, finish_reason=out.finish_reason, prompt_tokens=out.prompt_tokens,
+        generated_tokens=out.generated_tokens, cached_tokens=out.cached_tokens, ttft_ms=out.ttft_s * 1000.0,
+        decode_ms=out.tpot_s * max(0, out.generated_tokens - 1) * 1000.0)

@@ -1,0 +1,192 @@
+"""From laid-out regions to recognition work: which task each region gets, its crop, and the text-layer shortcut.
+
+A region's label decides its task; picture kinds get none and are kept as pictures. Crops take a small margin
+so glyphs touching the detected box are not clipped. On born-digital PDF pages a text region can skip the model
+altogether when the PDF's own text layer explains everything visible in it: that is exact (no OCR errors) and
+free. It is only trusted when it is clearly complete: no image under the region (a scan with an OCR layer goes
+to the model), no unmapped glyphs, and nearly all dark pixels of the region inside the text layer's word boxes
+(text drawn as curves, figures and white-on-dark text all fail that test and go to the model).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import pymupdf
+from PIL import Image
+
+from pipeline.documents.layout import BBox, Region
+from pipeline.documents.render import RenderedPage
+
+TextLayerMode = Literal["auto", "off"]
+
+# Labels kept as pictures: cropped and linked, never recognised.
+PICTURE_LABELS: frozenset[str] = frozenset({"image", "header_image", "footer_image"})
+_TASKS = {"table": "table", "display_formula": "formula", "inline_formula": "formula", "chart": "chart",
+          "seal": "seal"}
+
+INK_LEVEL = 160  # a grey level below this is ink (anti-aliased glyph edges included)
+_WORD_PAD_PT = 1.0  # word boxes are grown by this much before the ink test: glyphs overshoot their box a little
+_MAX_IMAGE_OVERLAP = 0.1  # share of a region an embedded image may cover before its text layer is distrusted
+_MAX_UNREADABLE = 0.02  # share of private-use or control characters that marks a font without a text mapping
+
+
+@dataclass(frozen=True)
+class RegionOptions:
+    """How regions become work; defaults recognise text, tables and formulas and use the text layer."""
+
+    crop_margin_pt: float = 2.0
+    text_layer: TextLayerMode = "auto"
+    text_layer_min_coverage: float = 0.9  # share of a region's ink the text layer's words must cover
+    recognize_charts: bool = False
+    recognize_seals: bool = False
+
+
+@dataclass(frozen=True)
+class PreparedRegion:
+    """A region and what to do with it: `task` None is a picture; `text` set means the text layer answered."""
+
+    region: Region
+    task: str | None
+    crop_box: tuple[int, int, int, int] | None  # pixels, margin included; None for a box outside the page
+    text: str | None = None
+
+    @property
+    def needs_model(self) -> bool:
+        return self.task is not None and self.text is None and self.crop_box is not None
+
+
+def task_for(label: str, options: RegionOptions) -> str | None:
+    """The recognition task for a label, or None for regions kept as pictures."""
+    if label in PICTURE_LABELS:
+        return None
+    task = _TASKS.get(label, "ocr")
+    if task == "chart" and not options.recognize_charts or task == "seal" and not options.recognize_seals:
+        return None
+    return task
+
+
+def crop_box(page: RenderedPage, bbox: BBox, margin_pt: float) -> tuple[int, int, int, int] | None:
+    """The region's box grown by the margin, rounded outward and clamped to the page; None when nothing is left."""
+    margin = margin_pt * page.scale
+    x0, y0, x1, y1 = bbox
+    box = (max(0, math.floor(min(x0, x1) - margin)), max(0, math.floor(min(y0, y1) - margin)),
+           min(page.width_px, math.ceil(max(x0, x1) + margin)), min(page.height_px, math.ceil(max(y0, y1) + margin)))
+    return box if box[2] > box[0] and box[3] > box[1] else None
+
+
+def crop(page: RenderedPage, box: tuple[int, int, int, int]) -> Image.Image:
+    """The pixels of `box` (from crop_box) as a new image."""
+    return page.image.crop(box)
+
+
+def prepare_regions(page: RenderedPage, regions: list[Region], options: RegionOptions,
+                    pdf_page: pymupdf.Page | None = None) -> list[PreparedRegion]:
+    """Task, crop box and (for born-digital text on a PDF page, when enabled) text-layer text for each region."""
+    reader = _TextLayer(page, pdf_page) if pdf_page is not None and options.text_layer == "auto" else None
+    prepared = []
+    for region in regions:
+        task = task_for(region.label, options)
+        box = crop_box(page, region.bbox, options.crop_margin_pt)
+        text = None
+        if reader is not None and task == "ocr" and box is not None:
+            text = reader.text(region.bbox, options.text_layer_min_coverage)
+        prepared.append(PreparedRegion(region, task, box, text))
+    return prepared
+
+
+class _TextLayer:
+    """A PDF page's text layer, read region by region against its rendered image."""
+
+    def __init__(self, page: RenderedPage, pdf_page: pymupdf.Page) -> None:
+        self.page = page
+        self.grey = np.asarray(page.image.convert("L"))
+        self.images = [pymupdf.Rect(info["bbox"]) for info in pdf_page.get_image_info()]
+        self.words = pdf_page.get_text("words", sort=True)
+        self.pt_to_px = _inverse(page.px_to_pt)
+
+    def text(self, bbox: BBox, min_coverage: float) -> str | None:
+        """The region's text from the text layer, or None when the layer does not clearly cover the region."""
+        clip = pymupdf.Rect(self.page.to_points(bbox))
+        if clip.is_empty or any(_overlap(image, clip) > _MAX_IMAGE_OVERLAP for image in self.images):
+            return None
+        # A word belongs to the region holding its centre, so a line cut by two neighbouring boxes is read once
+        # and no word is split (MuPDF's own clip works per character).
+        words = [word for word in self.words
+                 if clip.contains(pymupdf.Point((word[0] + word[2]) / 2, (word[1] + word[3]) / 2))]
+        if not words:
+            return None
+        text = join_words(words)
+        if not text or not _readable(text):
+            return None
+        return text if self._ink_coverage(bbox, words) >= min_coverage else None
+
+    def _ink_coverage(self, bbox: BBox, words: list[tuple]) -> float:
+        """Share of the region's dark pixels inside the (padded) word boxes; 0 for a region with no ink."""
+        x0, y0 = max(0, math.floor(bbox[0])), max(0, math.floor(bbox[1]))
+        x1, y1 = min(self.page.width_px, math.ceil(bbox[2])), min(self.page.height_px, math.ceil(bbox[3]))
+        ink = self.grey[y0:y1, x0:x1] < INK_LEVEL
+        total = int(ink.sum())
+        if total == 0:
+            return 0.0
+        covered = np.zeros_like(ink)
+        for word in words:
+            wx0, wy0, wx1, wy1 = _map_box(self.pt_to_px, pymupdf.Rect(word[:4]) + (-_WORD_PAD_PT, -_WORD_PAD_PT,
+                                                                                  _WORD_PAD_PT, _WORD_PAD_PT))
+            covered[max(0, math.floor(wy0) - y0):max(0, math.ceil(wy1) - y0),
+                    max(0, math.floor(wx0) - x0):max(0, math.ceil(wx1) - x0)] = True
+        return int((ink & covered).sum()) / total
+
+
+def join_words(words: list[tuple]) -> str:
+    """PyMuPDF words (x0, y0, x1, y1, text, block, line, word) → lines of text; a hyphen at a line end is joined."""
+    lines: list[str] = []
+    current: list[str] = []
+    key = None
+    for word in words:
+        if (word[5], word[6]) != key and current:
+            lines.append(" ".join(current))
+            current = []
+        key = (word[5], word[6])
+        current.append(word[4])
+    if current:
+        lines.append(" ".join(current))
+    text = ""
+    for line in lines:
+        if text.endswith("-") and line[:1].islower() and len(text) > 1 and text[-2].isalpha():
+            text = text[:-1] + line
+        else:
+            text = f"{text}\n{line}" if text else line
+    return text
+
+
+def _readable(text: str) -> bool:
+    """False for text from a font without a Unicode mapping (U+FFFD, private-use or control characters)."""
+    if "\ufffd" in text:
+        return False
+    bad = sum(1 for char in text if (0xE000 <= ord(char) <= 0xF8FF) or (ord(char) < 32 and char not in "\n\t"))
+    return bad <= _MAX_UNREADABLE * len(text)
+
+
+def _overlap(image: pymupdf.Rect, clip: pymupdf.Rect) -> float:
+    """Share of `clip`'s area covered by `image`."""
+    inter = pymupdf.Rect(image) & clip
+    return 0.0 if inter.is_empty else inter.get_area() / clip.get_area()
+
+
+def _inverse(matrix: tuple[float, float, float, float, float, float]) -> tuple[float, ...]:
+    a, b, c, d, e, f = matrix
+    det = a * d - b * c
+    ia, ib, ic, id_ = d / det, -b / det, -c / det, a / det
+    return (ia, ib, ic, id_, -(ia * e + ic * f), -(ib * e + id_ * f))
+
+
+def _map_box(matrix: tuple[float, ...], rect: pymupdf.Rect) -> tuple[float, float, float, float]:
+    """A rectangle through an affine matrix (a, b, c, d, e, f), as the bounding box of its four corners."""
+    a, b, c, d, e, f = matrix
+    corners = [(a * x + c * y + e, b * x + d * y + f) for x in (rect.x0, rect.x1) for y in (rect.y0, rect.y1)]
+    xs, ys = [x for x, _ in corners], [y for _, y in corners]
+    return (min(xs), min(ys), max(xs), max(ys))
