@@ -1,0 +1,181 @@
+"""Assemble region results into what people and programs read: Markdown per page and per document, and JSON.
+
+Markdown follows what MinerU and docling users expect: titles become headings, tables stay HTML blocks (Markdown
+tables cannot span cells), display formulas are `$$…$$` blocks, pictures are links to their crops (or a comment
+when none was saved), and running headers, footers and page numbers are left out so the text flows across
+pages. The JSON keeps everything, excluded regions included; its shape is result.schema.json, shipped with the
+package so clients can validate against the same file the tests use.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.documents.results import DocumentOutput, PageOutput, Problem, RegionOutput
+
+SCHEMA_PATH = Path(__file__).with_name("result.schema.json")
+SCHEMA_VERSION = 1
+
+# Page furniture: repeated on every page, noise in a flowing text.
+EXCLUDED_BY_DEFAULT: frozenset[str] = frozenset({"header", "footer", "number", "header_image", "footer_image"})
+_SECTION_NUMBER = re.compile(r"^\s*(\d+(?:\.\d+)*)\.?\s")
+
+
+@dataclass(frozen=True)
+class MarkdownOptions:
+    """`exclude`: labels left out; `pictures`: (page index, region order) → link to the region's saved crop."""
+
+    exclude: frozenset[str] = EXCLUDED_BY_DEFAULT
+    pictures: Mapping[tuple[int, int], str] = field(default_factory=dict)
+
+
+def document_markdown(document: DocumentOutput, options: MarkdownOptions | None = None) -> str:
+    """The whole document as Markdown; a failed page leaves an HTML comment with its error code."""
+    options = options or MarkdownOptions()
+    parts = []
+    for page in document.pages:
+        if page.error is not None:
+            parts.append(f"<!-- page {page.index + 1} failed: {page.error.code} -->")
+        elif markdown := page_markdown(page, options):
+            parts.append(markdown)
+    return "\n\n".join(parts) + "\n" if parts else ""
+
+
+def page_markdown(page: PageOutput, options: MarkdownOptions | None = None) -> str:
+    """One page as Markdown blocks in reading order."""
+    options = options or MarkdownOptions()
+    blocks: list[str] = []
+    last_formula: int | None = None  # index in blocks of the display formula a formula_number would tag
+    for region in page.regions:
+        if region.label in options.exclude or region.error is not None:
+            continue
+        if region.label == "formula_number" and last_formula is not None and region.text:
+            blocks[last_formula] = _display_formula(_formula_of(blocks[last_formula]), _tag(region.text))
+            last_formula = None
+            continue
+        block = _block(page.index, region, options)
+        if not block:
+            continue
+        last_formula = len(blocks) if region.label == "display_formula" else None
+        blocks.append(block)
+    return "\n\n".join(blocks)
+
+
+def _block(page_index: int, region: RegionOutput, options: MarkdownOptions) -> str:
+    if region.task is None:
+        link = options.pictures.get((page_index, region.order))
+        return f"![{region.label}]({link})" if link else f"<!-- {region.label} -->"
+    if region.html is not None:
+        return region.html
+    if region.latex is not None:
+        if not region.latex:
+            return ""
+        return f"${region.latex}$" if region.label == "inline_formula" else _display_formula(region.latex)
+    text = (region.text or "").strip()
+    if not text:
+        return ""
+    if region.label == "doc_title":
+        return "# " + " ".join(text.split())
+    if region.label == "paragraph_title":
+        return "#" * _heading_level(text) + " " + " ".join(text.split())
+    return text
+
+
+def _heading_level(title: str) -> int:
+    """`##` for a section title, one `#` more per level of its numbering (`2.1 Setup` → `###`), at most six."""
+    numbered = _SECTION_NUMBER.match(title)
+    return min(6, 2 + (numbered.group(1).count(".") if numbered else 0))
+
+
+def _display_formula(latex: str, tag: str | None = None) -> str:
+    body = f"{latex} \\tag{{{tag}}}" if tag else latex
+    return f"$$\n{body}\n$$"
+
+
+def _formula_of(block: str) -> str:
+    return block.removeprefix("$$\n").removesuffix("\n$$")
+
+
+def _tag(number: str) -> str:
+    """A formula number as read, "(3.1)", → the \\tag argument "3.1"."""
+    return number.strip().strip("()[]").strip()
+
+
+def document_json(document: DocumentOutput, options: MarkdownOptions | None = None) -> dict[str, Any]:
+    """The document as a JSON-ready dict in the shape of result.schema.json."""
+    return {
+        "version": SCHEMA_VERSION,
+        "name": document.name,
+        "status": document.status,
+        "sha256": document.sha256,
+        "media_type": document.media_type,
+        "size_bytes": document.size_bytes,
+        "page_count": len(document.pages),
+        "model": document.model,
+        "error": _problem(document.error),
+        "timings_ms": _timings(document.timings_ms),
+        "pages": [_page_json(page, options) for page in document.pages],
+    }
+
+
+def load_schema() -> dict[str, Any]:
+    """result.schema.json, the JSON Schema that document_json's output follows."""
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+def _page_json(page: PageOutput, options: MarkdownOptions | None) -> dict[str, Any]:
+    return {
+        "index": page.index,
+        "status": page.status,
+        "error": _problem(page.error),
+        "width_px": page.width_px,
+        "height_px": page.height_px,
+        "width_pt": _round(page.width_pt),
+        "height_pt": _round(page.height_pt),
+        "dpi": _round(page.dpi),
+        "rotation": page.rotation,
+        "layout": page.layout,
+        "markdown": page_markdown(page, options),
+        "timings_ms": _timings(page.timings_ms),
+        "regions": [_region_json(region) for region in page.regions],
+    }
+
+
+def _region_json(region: RegionOutput) -> dict[str, Any]:
+    used_model = region.source == "model"
+    return {
+        "order": region.order,
+        "label": region.label,
+        "score": round(region.score, 4),
+        "bbox_px": [round(value, 2) for value in region.bbox_px],
+        "bbox_pt": [round(value, 2) for value in region.bbox_pt],
+        "task": region.task,
+        "source": region.source,
+        "text": region.text,
+        "html": region.html,
+        "latex": region.latex,
+        "finish_reason": region.finish_reason,
+        "truncated": region.truncated,
+        "tokens": {"prompt": region.prompt_tokens, "generated": region.generated_tokens,
+                   "cached": region.cached_tokens} if used_model else None,
+        "timings_ms": {"ttft": round(region.ttft_ms or 0.0, 1), "decode": round(region.decode_ms or 0.0, 1)}
+        if used_model else None,
+        "error": _problem(region.error),
+    }
+
+
+def _problem(problem: Problem | None) -> dict[str, str] | None:
+    return None if problem is None else {"code": problem.code, "message": problem.message}
+
+
+def _timings(timings: Mapping[str, float]) -> dict[str, float]:
+    return {stage: round(ms, 1) for stage, ms in timings.items()}
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)

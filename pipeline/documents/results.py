@@ -1,0 +1,74 @@
+"""What processing a document produces: per region, per page and per document, before it is written anywhere.
+
+These mirror result.schema.json one to one (assemble.document_json writes them out); keep the two in step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pipeline.documents.layout import BBox
+from pipeline.documents.render import DocumentStatus
+
+RegionSource = Literal["model", "text-layer", "none"]  # where a region's content came from ("none": a picture)
+PageStatus = Literal["succeeded", "failed"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """An error code (stable, for machines) and its message (for people)."""
+
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class RegionOutput:
+    order: int
+    label: str
+    score: float
+    bbox_px: BBox
+    bbox_pt: BBox
+    task: str | None
+    source: RegionSource
+    text: str | None = None
+    html: str | None = None
+    latex: str | None = None
+    finish_reason: str | None = None
+    truncated: bool = False
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    cached_tokens: int = 0
+    ttft_ms: float | None = None
+    decode_ms: float | None = None
+    error: Problem | None = None
+
+
+@dataclass(frozen=True)
+class PageOutput:
+    index: int
+    status: PageStatus
+    width_px: int | None = None
+    height_px: int | None = None
+    width_pt: float | None = None
+    height_pt: float | None = None
+    dpi: float | None = None
+    rotation: int = 0
+    layout: str | None = None
+    regions: list[RegionOutput] = field(default_factory=list)
+    error: Problem | None = None
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DocumentOutput:
+    name: str
+    status: DocumentStatus
+    sha256: str | None = None
+    media_type: str | None = None
+    size_bytes: int | None = None
+    pages: list[PageOutput] = field(default_factory=list)
+    error: Problem | None = None
+    model: str | None = None
+    timings_ms: dict[str, float] = field(default_factory=dict)

@@ -1,0 +1,128 @@
+"""Assembly: Markdown a reader expects (headings, HTML tables, $$ formulas, no page furniture) and schema-valid JSON."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from pipeline.documents.assemble import (
+    SCHEMA_PATH,
+    MarkdownOptions,
+    document_json,
+    document_markdown,
+    load_schema,
+    page_markdown,
+)
+from pipeline.documents.results import DocumentOutput, PageOutput, Problem, RegionOutput
+
+SHA = "0" * 64
+
+
+def region(order: int, label: str, text: str | None = None, **fields) -> RegionOutput:
+    task = fields.pop("task", "ocr")
+    source = fields.pop("source", "model" if task else "none")
+    return RegionOutput(order, label, 0.9, (10.0, 10.0 + order, 100.0, 20.0 + order),
+                        (5.0, 5.0 + order, 50.0, 10.0 + order), task, source, text, **fields)
+
+
+def page(regions: list[RegionOutput], index: int = 0) -> PageOutput:
+    return PageOutput(index, "succeeded", 200, 300, 100.0, 150.0, 144.0, 0, "test", regions)
+
+
+def document(pages: list[PageOutput], status: str = "succeeded") -> DocumentOutput:
+    return DocumentOutput("paper.pdf", status, SHA, "application/pdf", 1234, pages, model="tiny",
+                          timings_ms={"total": 12.5})
+
+
+ARTICLE = page([
+    region(0, "header", "Journal of Examples, vol. 3"),
+    region(1, "doc_title", "A  Study\nof Things"),
+    region(2, "paragraph_title", "1 Introduction"),
+    region(3, "text", "Things are studied here."),
+    region(4, "paragraph_title", "1.2 Method"),
+    region(5, "display_formula", "E = mc^2", task="formula", latex="E = mc^2"),
+    region(6, "formula_number", "(1)"),
+    region(7, "table", "<fcel>a<nl>", task="table", html="<table><tr><td>a</td></tr></table>"),
+    region(8, "image", task=None),
+    region(9, "inline_formula", "x", task="formula", latex="x"),
+    region(10, "footer", "Copyright 2024"),
+    region(11, "number", "7"),
+])
+
+
+def test_a_page_reads_as_markdown_with_headings_formulas_tables_and_pictures():
+    assert page_markdown(ARTICLE) == "\n\n".join([
+        "# A Study of Things",
+        "## 1 Introduction",
+        "Things are studied here.",
+        "### 1.2 Method",
+        "$$\nE = mc^2 \\tag{1}\n$$",
+        "<table><tr><td>a</td></tr></table>",
+        "<!-- image -->",
+        "$x$",
+    ])
+
+
+def test_headers_footers_and_page_numbers_are_left_out_unless_asked_for():
+    markdown = page_markdown(ARTICLE, MarkdownOptions(exclude=frozenset()))
+    assert "Journal of Examples" in markdown and "Copyright 2024" in markdown and "\n\n7" in markdown
+    assert "Journal of Examples" not in page_markdown(ARTICLE)
+
+
+def test_a_picture_links_to_its_saved_crop():
+    options = MarkdownOptions(pictures={(0, 8): "paper.pages/page-0001-region-008.png"})
+    assert "![image](paper.pages/page-0001-region-008.png)" in page_markdown(ARTICLE, options)
+
+
+def test_failed_and_empty_regions_leave_nothing():
+    broken = page([region(0, "text", error=Problem("aspect_ratio", "too thin"), source="none"),
+                   region(1, "text", "   "), region(2, "text", "kept")])
+    assert page_markdown(broken) == "kept"
+
+
+def test_a_formula_number_without_a_formula_before_it_stays_text():
+    assert page_markdown(page([region(0, "text", "See"), region(1, "formula_number", "(2)")])) == "See\n\n(2)"
+
+
+def test_the_document_joins_its_pages_and_marks_a_failed_one():
+    failed = PageOutput(1, "failed", error=Problem("page_too_large", "too big"))
+    doc = document([page([region(0, "text", "one")]), failed, page([region(0, "text", "three")], 2)], "partial")
+    assert document_markdown(doc) == "one\n\n<!-- page 2 failed: page_too_large -->\n\nthree\n"
+
+
+def test_the_schema_is_valid_json_schema_and_ships_with_the_package():
+    jsonschema.Draft202012Validator.check_schema(load_schema())
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    assert SCHEMA_PATH.name in pyproject["tool"]["setuptools"]["package-data"]["pipeline.documents"]
+
+
+def test_json_of_a_full_page_validates_and_keeps_every_region():
+    result = document_json(document([ARTICLE]))
+    jsonschema.validate(result, load_schema())
+    regions = result["pages"][0]["regions"]
+    assert [r["label"] for r in regions][:2] == ["header", "doc_title"]  # excluded from Markdown, not from JSON
+    assert regions[5]["latex"] == "E = mc^2" and regions[7]["html"].startswith("<table>")
+    assert regions[3]["bbox_px"] == [10.0, 13.0, 100.0, 23.0] and regions[3]["bbox_pt"] == [5.0, 8.0, 50.0, 13.0]
+    assert regions[3]["tokens"] == {"prompt": 0, "generated": 0, "cached": 0}
+    assert regions[8]["tokens"] is None and regions[8]["task"] is None  # a picture used no model
+    assert result["pages"][0]["markdown"] == page_markdown(ARTICLE)
+
+
+@pytest.mark.parametrize("doc", [
+    DocumentOutput("x.pdf", "failed", SHA, None, 10, error=Problem("unsupported_format", "not a PDF")),
+    DocumentOutput("gone.pdf", "failed", error=Problem("unreadable", "no such file")),
+    document([PageOutput(0, "failed", error=Problem("corrupt", "bad page")), page([], 1)], "partial"),
+    document([page([region(0, "text", "from the PDF", source="text-layer")])]),
+])
+def test_failed_partial_and_text_layer_documents_validate(doc):
+    jsonschema.validate(document_json(doc), load_schema())
+
+
+def test_the_schema_rejects_what_the_pipeline_never_writes():
+    result = document_json(document([ARTICLE]))
+    result["pages"][0]["regions"][0]["label"] = "banner"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(result, load_schema())
