@@ -1,0 +1,221 @@
+"""Run one document through the whole pipeline: ingest → render → layout → regions → recognize → results.
+
+Pages stream through a window: while the recognizer works on the regions of the pages in flight, the next pages
+are rendered and laid out on this thread, so CPU stages and the engine overlap and the engine always has many
+regions (of many pages) to batch. The window also bounds memory: only `pages_in_flight` page images are held.
+
+Bad input never raises: an unreadable or refused document comes back `failed` with its error code, a page that
+cannot be rendered, laid out or recognised comes back `failed` with its code and its document `partial`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipeline.documents.errors import DocumentError
+from pipeline.documents.ingest import IngestedDocument, Limits, SourcePage, ingest, sniff
+from pipeline.documents.layout import LayoutBackend, Region
+from pipeline.documents.postprocess import postprocess
+from pipeline.documents.recognize import Recognition, RecognitionTask, Recognizer
+from pipeline.documents.regions import PreparedRegion, RegionOptions, crop, prepare_regions
+from pipeline.documents.render import DocumentStatus, RenderedPage, render_page_result
+from pipeline.documents.results import DocumentOutput, PageOutput, Problem, RegionOutput
+
+
+@dataclass(frozen=True)
+class ProcessOptions:
+    limits: Limits = field(default_factory=Limits)
+    regions: RegionOptions = field(default_factory=RegionOptions)
+    password: str | None = None
+    pages_in_flight: int = 16  # pages rendered and submitted ahead of the oldest unfinished one
+
+
+@dataclass(frozen=True)
+class FinishedPage:
+    """A page as it leaves the pipeline, with its image (None if it did not render) for callers that save it."""
+
+    output: PageOutput
+    image: RenderedPage | None
+    page_count: int
+
+
+PageCallback = Callable[[FinishedPage], None]
+
+
+@dataclass
+class _InFlight:
+    """A page whose regions are with the recognizer."""
+
+    source_index: int
+    page: RenderedPage
+    layout: str
+    prepared: list[PreparedRegion]
+    futures: dict[int, Future[Recognition]]
+    timings_ms: dict[str, float]
+
+
+def process_file(path: Path, recognizer: Recognizer, layout: LayoutBackend, options: ProcessOptions | None = None,
+                 on_page: PageCallback | None = None, model: str | None = None) -> DocumentOutput:
+    """process_document on a file's bytes; a file that cannot be read is a failed document (`unreadable`)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return DocumentOutput(path.name, "failed", error=Problem("unreadable", f"{path}: {exc.strerror or exc}"),
+                              model=model)
+    return process_document(data, path.name, recognizer, layout, options, on_page, model)
+
+
+def process_document(data: bytes, name: str, recognizer: Recognizer, layout: LayoutBackend,
+                     options: ProcessOptions | None = None, on_page: PageCallback | None = None,
+                     model: str | None = None) -> DocumentOutput:
+    """Every page of one document, recognised; `on_page` sees each finished page in order, with its image."""
+    options = options or ProcessOptions()
+    started = time.perf_counter()
+    try:
+        document = ingest(data, options.limits, options.password)
+    except DocumentError as exc:
+        return DocumentOutput(name, "failed", sha256=hashlib.sha256(data).hexdigest(), media_type=sniff(data),
+                              size_bytes=len(data), error=Problem(exc.code, exc.message), model=model)
+    ingested = time.perf_counter()
+    with document:
+        pages = _run_pages(document, recognizer, layout, options, on_page)
+    timings = {"ingest": (ingested - started) * 1000.0, "total": (time.perf_counter() - started) * 1000.0}
+    return DocumentOutput(name, _status(pages), sha256=document.sha256, media_type=document.media_type,
+                          size_bytes=document.size, pages=pages, model=model, timings_ms=timings)
+
+
+def expand_inputs(paths: list[Path]) -> list[Path]:
+    """Files as given; a directory stands for the supported files directly in it (by content), sorted by name."""
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files.extend(child for child in sorted(path.iterdir()) if child.is_file() and _supported(child))
+        else:
+            files.append(path)
+    return files
+
+
+def _supported(path: Path) -> bool:
+    try:
+        with path.open("rb") as handle:
+            return sniff(handle.read(1024)) is not None
+    except OSError:
+        return False
+
+
+def _run_pages(document: IngestedDocument, recognizer: Recognizer, layout: LayoutBackend, options: ProcessOptions,
+               on_page: PageCallback | None) -> list[PageOutput]:
+    pages: list[PageOutput] = []
+    window: deque[_InFlight | FinishedPage] = deque()
+
+    def finish_oldest() -> None:
+        oldest = window.popleft()
+        done = _finish(oldest, document.page_count) if isinstance(oldest, _InFlight) else oldest
+        pages.append(done.output)
+        if on_page is not None:
+            on_page(done)
+
+    for source in document.pages():
+        window.append(_start(source, recognizer, layout, options))
+        while len(window) > max(1, options.pages_in_flight):
+            finish_oldest()
+    while window:
+        finish_oldest()
+    return pages
+
+
+def _start(source: SourcePage, recognizer: Recognizer, layout: LayoutBackend,
+           options: ProcessOptions) -> _InFlight | FinishedPage:
+    """Render, lay out and submit one page; a page that fails before recognition comes back finished."""
+    started = time.perf_counter()
+    rendered = render_page_result(source)
+    if rendered.page is None:
+        error = rendered.error or DocumentError("corrupt", f"page {source.index + 1} cannot be rendered")
+        output = PageOutput(source.index, "failed", error=Problem(error.code, error.message))
+        return FinishedPage(output, None, source.document.page_count)
+    page = rendered.page
+    timings = {"render": (time.perf_counter() - started) * 1000.0}
+    try:
+        regions = layout.detect(page, source)
+    except DocumentError as exc:
+        return _failed_page(source, page, layout.name, Problem(exc.code, exc.message), timings)
+    except Exception as exc:  # a layout model tripping on one odd page must not stop the document
+        return _failed_page(source, page, layout.name, Problem("layout_failed", f"{type(exc).__name__}: {exc}"),
+                            timings)
+    timings["layout"] = (time.perf_counter() - started) * 1000.0 - timings["render"]
+    prepared = _prepare(source, page, regions, options.regions)
+    futures = {i: recognizer.submit(RecognitionTask(crop(page, item.crop_box), item.task))
+               for i, item in enumerate(prepared) if item.needs_model}
+    return _InFlight(source.index, page, layout.name, prepared, futures, timings)
+
+
+def _prepare(source: SourcePage, page: RenderedPage, regions: list[Region],
+             options: RegionOptions) -> list[PreparedRegion]:
+    """prepare_regions with the PDF text layer when asked for; a page whose text layer cannot be read goes without."""
+    if options.text_layer == "off" or not source.document.is_pdf:
+        return prepare_regions(page, regions, options)
+    try:
+        return prepare_regions(page, regions, options, source.load())
+    except Exception:  # damaged content streams: the model reads the pixels instead
+        return prepare_regions(page, regions, options)
+
+
+def _finish(flight: _InFlight, page_count: int) -> FinishedPage:
+    """Wait for a page's recognitions and build its output."""
+    page = flight.page
+    regions = [_region_output(page, item, flight.futures[i].result() if i in flight.futures else None)
+               for i, item in enumerate(flight.prepared)]
+    attempted = [region for region in regions if region.source == "model" or region.error is not None]
+    failures = [region.error for region in attempted if region.error is not None]
+    error = None
+    if attempted and len(failures) == len(attempted):
+        error = Problem("recognition_failed", f"no region of the page could be recognised; the first: "
+                                              f"{failures[0].code}: {failures[0].message}")
+    output = PageOutput(flight.source_index, "failed" if error else "succeeded", page.width_px, page.height_px,
+                        page.width_pt, page.height_pt, page.dpi, page.rotation, flight.layout, regions, error,
+                        flight.timings_ms)
+    return FinishedPage(output, page, page_count)
+
+
+def _region_output(page: RenderedPage, item: PreparedRegion, recognition: Recognition | None) -> RegionOutput:
+    region = item.region
+    base = {"order": region.order, "label": region.label, "score": region.score, "bbox_px": region.bbox,
+            "bbox_pt": page.to_points(region.bbox), "task": item.task}
+    if item.task is None:
+        return RegionOutput(**base, source="none")
+    if item.crop_box is None:
+        return RegionOutput(**base, source="none",
+                            error=Problem("empty_region", f"box {region.bbox} lies outside the page or has no area"))
+    if item.text is not None:
+        return RegionOutput(**base, source="text-layer", text=item.text)
+    if recognition is None or recognition.error is not None:
+        problem = Problem(recognition.error, recognition.message or recognition.error) if recognition \
+            else Problem("recognition_failed", "the region was not recognised")
+        return RegionOutput(**base, source="none", error=problem)
+    content = postprocess(item.task, recognition.text, recognition.finish_reason)
+    return RegionOutput(**base, source="model", text=content.text, html=content.html, latex=content.latex,
+                        finish_reason=recognition.finish_reason, truncated=content.truncated,
+                        prompt_tokens=recognition.prompt_tokens, generated_tokens=recognition.generated_tokens,
+                        cached_tokens=recognition.cached_tokens, ttft_ms=recognition.ttft_ms,
+                        decode_ms=recognition.decode_ms)
+
+
+def _failed_page(source: SourcePage, page: RenderedPage, layout: str, problem: Problem,
+                 timings: dict[str, float]) -> FinishedPage:
+    output = PageOutput(source.index, "failed", page.width_px, page.height_px, page.width_pt, page.height_pt,
+                        page.dpi, page.rotation, layout, error=problem, timings_ms=timings)
+    return FinishedPage(output, page, source.document.page_count)
+
+
+def _status(pages: list[PageOutput]) -> DocumentStatus:
+    """`succeeded` when every page did, `failed` when none did, else `partial`."""
+    failed = sum(1 for page in pages if page.status == "failed")
+    if failed == 0:
+        return "succeeded"
+    return "failed" if failed == len(pages) else "partial"

@@ -1,0 +1,177 @@
+"""The pipeline end to end on a document: every page's regions in flight together, bad input as error codes.
+
+The layout and the recognizer here are small implementations of their interfaces with known answers, so each test
+can say exactly what comes out; the real engine runs in the last test and in tests/test_cli.py.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from pipeline.documents.assemble import document_json, load_schema
+from pipeline.documents.ingest import Limits, SourcePage
+from pipeline.documents.layout import PageLayout, Region
+from pipeline.documents.process import ProcessOptions, expand_inputs, process_document, process_file
+from pipeline.documents.recognize import EngineRecognizer, Recognition, RecognitionTask
+from pipeline.documents.regions import RegionOptions
+from pipeline.documents.render import RenderedPage
+from tests.documents.samples import ENCRYPTED, ENCRYPTED_PASSWORD, corpus_bytes, png_header, tiff_pages
+
+ANSWERS = {"ocr": "words", "table": "<fcel>a<fcel>b<nl>", "formula": "$$x^2$$"}
+NO_TEXT_LAYER = ProcessOptions(Limits(dpi=36), RegionOptions(text_layer="off"))
+
+
+class Article:
+    """A layout with one of each kind of region, placed by fractions of the page."""
+
+    name = "article"
+    BOXES = [("doc_title", (0.1, 0.05, 0.9, 0.1)), ("text", (0.1, 0.15, 0.9, 0.4)), ("table", (0.1, 0.45, 0.9, 0.6)),
+             ("display_formula", (0.3, 0.65, 0.7, 0.7)), ("image", (0.1, 0.75, 0.5, 0.9)),
+             ("number", (0.45, 0.95, 0.55, 0.98)), ("text", (1.5, 1.5, 2.0, 2.0))]  # the last lies off the page
+
+    def detect(self, page: RenderedPage, source: SourcePage) -> list[Region]:
+        w, h = page.width_px, page.height_px
+        return [Region((x0 * w, y0 * h, x1 * w, y1 * h), label, 0.8, order)
+                for order, (label, (x0, y0, x1, y1)) in enumerate(self.BOXES)]
+
+
+class Scripted:
+    """Answers each task with a fixed text; holds every answer back until `expected` regions were submitted."""
+
+    def __init__(self, expected: int = 0) -> None:
+        self.expected, self.tasks = expected, []
+        self.pending: list[Future[Recognition]] = []
+        self.lock = threading.Lock()
+        # A pipeline that waits for an answer before submitting everything gets failures after a while, not a hang.
+        self.timer = threading.Timer(10.0, self.release, kwargs={"timed_out": True})
+        self.timer.start()
+
+    def submit(self, task: RecognitionTask) -> Future[Recognition]:
+        future: Future[Recognition] = Future()
+        with self.lock:
+            self.tasks.append(task)
+            self.pending.append(future)
+        if len(self.tasks) >= self.expected:
+            self.release()
+        return future
+
+    def release(self, timed_out: bool = False) -> None:
+        with self.lock:
+            pending, self.pending = self.pending, []
+        for future, task in zip(pending, self.tasks[len(self.tasks) - len(pending):], strict=True):
+            future.set_result(Recognition.failed("timeout", "held back") if timed_out else
+                              Recognition(ANSWERS[task.task], "stop", prompt_tokens=10, generated_tokens=3))
+        self.timer.cancel()
+
+
+def test_all_regions_of_all_pages_are_in_flight_together():
+    recognizer = Scripted(expected=4 * 5)  # 4 pages × (title, text, table, formula, page number)
+    result = process_document(corpus_bytes("pdflatex-4-pages.pdf"), "paper.pdf", recognizer, Article(), NO_TEXT_LAYER)
+    assert result.status == "succeeded" and len(result.pages) == 4
+    assert [task.task for task in recognizer.tasks[:5]] == ["ocr", "ocr", "table", "formula", "ocr"]
+    assert all(r.error is None for p in result.pages for r in p.regions[:6])
+
+
+def test_each_region_gets_its_content_source_and_both_boxes():
+    result = process_document(corpus_bytes("minimal-document.pdf"), "m.pdf", Scripted(), Article(), NO_TEXT_LAYER)
+    title, text, table, formula, image, number, outside = result.pages[0].regions
+    assert (title.text, title.source, title.prompt_tokens, title.generated_tokens) == ("words", "model", 10, 3)
+    assert table.html == "<table><tr><td>a</td><td>b</td></tr></table>"
+    assert formula.latex == "x^2"
+    assert (image.task, image.source, image.text) == (None, "none", None)
+    assert number.text == "words"  # recognised and kept in the JSON; only the Markdown leaves it out
+    assert outside.error.code == "empty_region"
+    page = result.pages[0]
+    assert title.bbox_pt == pytest.approx(tuple(v * 72 / page.dpi for v in title.bbox_px), abs=0.6)
+
+
+def test_born_digital_text_comes_from_the_text_layer_without_the_model():
+    recognizer = Scripted()
+    options = ProcessOptions(Limits(dpi=72))
+    result = process_document(corpus_bytes("pdflatex-4-pages.pdf"), "p.pdf", recognizer, PageLayout(), options)
+    assert {region.source for page in result.pages for region in page.regions} == {"text-layer"}
+    assert recognizer.tasks == []
+    assert result.pages[0].regions[0].text.startswith("Hello, here is some text without a meaning.")
+
+
+@pytest.mark.parametrize(("data", "code"), [
+    (bytes(range(256)) * 4, "unsupported_format"),
+    (b"<!doctype html><html><body>not a pdf</body></html>", "unsupported_format"),
+    (b"PK\x03\x04" + b"\0" * 100, "unsupported_format"),
+    (corpus_bytes("minimal-document.pdf")[:400], "corrupt"),
+    (corpus_bytes(ENCRYPTED), "encrypted"),
+    (png_header(60000, 60000), "page_too_large"),
+    (b"", "empty"),
+])
+def test_bad_documents_come_back_failed_with_their_code(data, code):
+    result = process_document(data, "bad.pdf", Scripted(), PageLayout())
+    assert (result.status, result.error.code, result.pages) == ("failed", code, [])
+    jsonschema.validate(document_json(result), load_schema())
+
+
+def test_an_encrypted_pdf_opens_with_its_password():
+    options = ProcessOptions(Limits(dpi=36), password=ENCRYPTED_PASSWORD)
+    assert process_document(corpus_bytes(ENCRYPTED), "e.pdf", Scripted(), PageLayout(), options).status == "succeeded"
+
+
+def test_one_bad_page_fails_alone_and_the_document_is_partial():
+    data = tiff_pages([(50, 40), (500, 400), (60, 40)])
+    options = ProcessOptions(Limits(max_page_pixels=10_000))
+    result = process_document(data, "scan.tiff", Scripted(), PageLayout(), options)
+    assert [page.status for page in result.pages] == ["succeeded", "failed", "succeeded"]
+    assert result.pages[1].error.code == "page_too_large" and result.status == "partial"
+
+
+def test_a_layout_failure_fails_its_page_only():
+    class Flaky(Article):
+        def detect(self, page: RenderedPage, source: SourcePage) -> list[Region]:
+            if page.index == 1:
+                raise RuntimeError("model tripped")
+            return super().detect(page, source)
+
+    result = process_document(corpus_bytes("pdflatex-4-pages.pdf"), "p.pdf", Scripted(), Flaky(), NO_TEXT_LAYER)
+    assert [page.status for page in result.pages] == ["succeeded", "failed", "succeeded", "succeeded"]
+    assert result.pages[1].error.code == "layout_failed" and result.status == "partial"
+
+
+def test_pages_reach_the_callback_in_order_with_their_images():
+    seen = []
+    process_document(corpus_bytes("pdflatex-4-pages.pdf"), "p.pdf", Scripted(), PageLayout(),
+                     ProcessOptions(Limits(dpi=36), pages_in_flight=1),
+                     on_page=lambda done: seen.append((done.output.index, done.image.index, done.page_count)))
+    assert seen == [(0, 0, 4), (1, 1, 4), (2, 2, 4), (3, 3, 4)]
+
+
+def test_an_unreadable_file_is_a_failed_document(tmp_path):
+    result = process_file(tmp_path / "missing.pdf", Scripted(), PageLayout())
+    assert (result.status, result.error.code) == ("failed", "unreadable")
+
+
+def test_a_directory_stands_for_its_supported_files_by_content(tmp_path):
+    (tmp_path / "b.pdf").write_bytes(corpus_bytes("minimal-document.pdf"))
+    (tmp_path / "a.scan").write_bytes(tiff_pages([(10, 10)]))  # supported whatever its name
+    (tmp_path / "notes.txt").write_text("not a document")
+    (tmp_path / "sub").mkdir()
+    assert expand_inputs([tmp_path]) == [tmp_path / "a.scan", tmp_path / "b.pdf"]
+    assert expand_inputs([tmp_path / "notes.txt"]) == [tmp_path / "notes.txt"]  # named files are kept, to fail
+
+
+def test_the_engine_recognizer_runs_a_real_tiny_model(tiny_checkpoint: Path):
+    from pipeline.engine.engine import Engine
+
+    engine = Engine.from_pretrained(tiny_checkpoint)
+    try:
+        result = process_document(corpus_bytes("pdflatex-4-pages.pdf"), "p.pdf", EngineRecognizer(engine, 4),
+                                  PageLayout(), NO_TEXT_LAYER)
+    finally:
+        engine.close()
+    regions = [page.regions[0] for page in result.pages]
+    assert result.status == "succeeded"
+    assert all(r.source == "model" and r.prompt_tokens > 0 and 1 <= r.generated_tokens <= 4 for r in regions)
+    assert all(r.finish_reason in {"stop", "length", "repetition"} and r.ttft_ms > 0 for r in regions)
+    jsonschema.validate(document_json(result), load_schema())
