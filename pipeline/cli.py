@@ -7,8 +7,13 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .config import get_settings
+
+if TYPE_CHECKING:
+    from .documents.process import FinishedPage, PageCallback
+    from .engine.engine import Engine
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     recognize.add_argument("--model", default=None, help="local directory or hub id")
     recognize.add_argument("--task", default="ocr", choices=["ocr", "table", "formula", "chart", "spotting", "seal"])
     recognize.add_argument("--max-tokens", type=int, default=None)
+    _add_process_parser(commands)
     engine = commands.add_parser("engine", help="the inference engine on its own")
     engine_commands = engine.add_subparsers(dest="engine_command", required=True)
     serve = engine_commands.add_parser("serve", help="OpenAI-compatible chat completions server")
@@ -34,7 +40,125 @@ def main(argv: list[str] | None = None) -> int:
                        help="weights and KV cache dtype (default: QUIRE_DTYPE)")
     serve.add_argument("--device", default=None, help="torch device such as cpu or cuda (default: QUIRE_DEVICE)")
     args = parser.parse_args(argv)
-    return {"demo": _demo, "recognize": _recognize, "engine": _serve_engine}[args.command](args)
+    commands = {"demo": _demo, "recognize": _recognize, "engine": _serve_engine, "process": _process}
+    return commands[args.command](args)
+
+
+def _add_process_parser(commands: argparse._SubParsersAction) -> None:
+    settings = get_settings()
+    process = commands.add_parser(
+        "process", help="documents to Markdown and JSON, with page images and region overlays",
+        description="Writes NAME.md, NAME.json and NAME.pages/ per input into the output directory. A directory "
+                    "input stands for every PDF/TIFF/PNG/JPEG/WebP file in it; inputs whose NAME.json exists are "
+                    "skipped unless --force.")
+    process.add_argument("inputs", nargs="+", type=Path, metavar="FILE", help="document files or directories")
+    process.add_argument("-o", "--output", type=Path, default=Path("."), help="output directory (default: .)")
+    process.add_argument("--layout", default=settings.layout, choices=["auto", "pp-doclayout", "pdf", "page"],
+                         help="layout backend (default: QUIRE_LAYOUT or auto)")
+    process.add_argument("--dpi", type=int, default=settings.dpi, help="page rendering resolution (default: 200)")
+    process.add_argument("--model", default=None, help="local directory or hub id (default: QUIRE_MODEL)")
+    process.add_argument("--device", default=None, help="torch device such as cpu or cuda (default: QUIRE_DEVICE)")
+    process.add_argument("--text-layer", default=settings.text_layer, choices=["auto", "off"],
+                         help="auto: born-digital text regions take the PDF's text instead of the model's")
+    process.add_argument("--max-tokens", type=int, default=None, help="per region (default: QUIRE_MAX_TOKENS)")
+    process.add_argument("--password", default=None, help="opens encrypted PDFs")
+    process.add_argument("--charts", action="store_true", default=settings.recognize_charts,
+                         help="recognise charts (Chart Recognition:) instead of keeping them as pictures")
+    process.add_argument("--seals", action="store_true", default=settings.recognize_seals,
+                         help="recognise seals (Seal Recognition:) instead of keeping them as pictures")
+    process.add_argument("--force", action="store_true", help="redo inputs whose output already exists")
+
+
+def _process(args: argparse.Namespace) -> int:
+    from .documents.ingest import Limits
+    from .documents.layout import PageLayout
+    from .documents.outputs import DocumentWriter, output_names
+    from .documents.process import ProcessOptions, expand_inputs, process_file
+    from .documents.recognize import EngineRecognizer
+    from .documents.regions import RegionOptions
+
+    settings = get_settings()
+    missing = [path for path in args.inputs if not path.exists()]
+    for path in missing:
+        print(f"error: {path}: no such file or directory", file=sys.stderr)
+    inputs = expand_inputs([path for path in args.inputs if path.exists()])
+    names = output_names(inputs)
+    todo = []
+    for path in inputs:
+        if not args.force and (args.output / f"{names[path]}.json").exists():
+            print(f"skip {path}: {names[path]}.json exists (--force redoes it)", file=sys.stderr)
+        else:
+            todo.append(path)
+    if not todo:
+        return 1 if missing else 0
+    engine = _load_engine(args.model or settings.model, args.device or settings.device, settings.dtype)
+    if engine is None:
+        return 2
+    regions = RegionOptions(settings.crop_margin_pt, args.text_layer, recognize_charts=args.charts,
+                            recognize_seals=args.seals)
+    options = ProcessOptions(Limits(dpi=args.dpi), regions, args.password, settings.pages_in_flight)
+    recognizer = EngineRecognizer(engine, args.max_tokens or settings.max_tokens)
+    layout = PageLayout()
+    failed = len(missing)
+    try:
+        for number, path in enumerate(todo, 1):
+            writer = DocumentWriter(args.output, names[path], settings.crop_margin_pt)
+            writer.start()
+            progress = _Progress(f"[{number}/{len(todo)}] {path.name}")
+            document = process_file(path, recognizer, layout, options, progress.wrap(writer.page),
+                                    model=str(args.model or settings.model))
+            writer.finish(document)
+            progress.done(document.status, document.error.code if document.error else None)
+            failed += document.status == "failed"
+    finally:
+        engine.close()
+    return 1 if failed else 0
+
+
+def _load_engine(model: str, device: str, dtype: str) -> Engine | None:
+    """The engine, or None after saying on stderr how to get weights (or the tiny demo checkpoint)."""
+    from .engine.engine import Engine
+    from .engine.model.loader import CheckpointError
+
+    try:
+        return Engine.from_pretrained(model, device=device, dtype=dtype)
+    except CheckpointError as exc:
+        tiny = get_settings().cache_dir / "tiny-checkpoint"
+        print(f"error: {exc}\nTo try the pipeline without the real weights: `quire demo` writes a tiny random "
+              f"checkpoint to {tiny}; then `quire process FILE --model {tiny}` (its text is not meaningful).",
+              file=sys.stderr)
+        return None
+
+
+class _Progress:
+    """A one-line progress bar on stderr, redrawn per page on a terminal, printed once when done otherwise."""
+
+    WIDTH = 24
+
+    def __init__(self, label: str) -> None:
+        self.label, self.started = label, time.perf_counter()
+        self.tty = sys.stderr.isatty()
+        self.pages = 0
+
+    def wrap(self, on_page: PageCallback) -> PageCallback:
+        """on_page, counting pages and redrawing the bar after each."""
+
+        def counted(finished: FinishedPage) -> None:
+            on_page(finished)
+            self.pages += 1
+            if self.tty:
+                filled = self.WIDTH * self.pages // max(1, finished.page_count)
+                bar = "#" * filled + "." * (self.WIDTH - filled)
+                print(f"\r{self.label} [{bar}] {self.pages}/{finished.page_count} pages "
+                      f"{time.perf_counter() - self.started:.1f}s", end="", file=sys.stderr, flush=True)
+
+        return counted
+
+    def done(self, status: str, error: str | None) -> None:
+        outcome = f"{status} ({error})" if error else status
+        end = "\r" if self.tty else ""
+        print(f"{end}{self.label}: {self.pages} pages, {outcome}, {time.perf_counter() - self.started:.1f}s"
+              + " " * 8, file=sys.stderr)
 
 
 def _serve_engine(args: argparse.Namespace) -> int:

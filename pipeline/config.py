@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -16,6 +17,15 @@ class Settings(BaseSettings):
     max_tokens: int = 1024
     max_image_pixels: int = 100_000_000
     cache_dir: Path = Path.home() / ".cache" / "quire"
+    # documents (`quire process`, the workers)
+    dpi: int = 200  # page rendering resolution
+    layout: str = "auto"  # auto | pp-doclayout | pdf | page
+    layout_model: str = "PaddlePaddle/PP-DocLayoutV2_safetensors"  # PP-DocLayoutV2/V3: local directory or hub id
+    text_layer: Literal["auto", "off"] = "auto"  # born-digital text regions take the PDF's own text
+    crop_margin_pt: float = 2.0  # region crops grow by this much on each side
+    recognize_charts: bool = False  # charts are pictures unless this asks for `Chart Recognition:`
+    recognize_seals: bool = False  # seals are pictures unless this asks for `Seal Recognition:`
+    pages_in_flight: int = 16  # pages rendered ahead while the engine recognises earlier ones
 
 
 def get_settings() -> Settings:

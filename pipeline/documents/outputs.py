@@ -1,0 +1,77 @@
+"""Write a processed document as files: NAME.md, NAME.json and NAME.pages/ (page images, overlays, pictures).
+
+Page images are written as each page finishes (then dropped from memory), the Markdown and JSON at the end,
+the JSON last and by rename: its presence means the document is done, which is how a rerun over a directory
+knows what to skip.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from urllib.parse import quote
+
+from pipeline.documents.assemble import MarkdownOptions, document_json, document_markdown
+from pipeline.documents.overlay import draw_regions
+from pipeline.documents.process import FinishedPage
+from pipeline.documents.regions import crop, crop_box
+from pipeline.documents.results import DocumentOutput
+
+
+def output_names(inputs: list[Path]) -> dict[Path, str]:
+    """NAME for each input: its stem, or its whole file name where two inputs share a stem (a.pdf and a.png)."""
+    stems: dict[str, int] = {}
+    for path in inputs:
+        stems[path.stem] = stems.get(path.stem, 0) + 1
+    return {path: path.stem if stems[path.stem] == 1 else path.name for path in inputs}
+
+
+class DocumentWriter:
+    """Files for one document under `directory`, named `name`; call `page` per finished page, then `finish`."""
+
+    def __init__(self, directory: Path, name: str, crop_margin_pt: float = 2.0) -> None:
+        self.directory, self.name, self.crop_margin_pt = directory, name, crop_margin_pt
+        self.pages_dir = directory / f"{name}.pages"
+        self.pictures: dict[tuple[int, int], str] = {}
+
+    @property
+    def json_path(self) -> Path:
+        return self.directory / f"{self.name}.json"
+
+    @property
+    def markdown_path(self) -> Path:
+        return self.directory / f"{self.name}.md"
+
+    def start(self) -> None:
+        """Clear what an earlier run left for this name, so no stale page image outlives a rerun."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(self.pages_dir, ignore_errors=True)
+        self.json_path.unlink(missing_ok=True)
+        self.markdown_path.unlink(missing_ok=True)
+
+    def page(self, finished: FinishedPage) -> None:
+        """Save the page image, its overlay and the crops of its picture regions."""
+        if finished.image is None:
+            return
+        self.pages_dir.mkdir(parents=True, exist_ok=True)
+        stem = f"page-{finished.output.index + 1:04d}"
+        page = finished.image
+        page.image.save(self.pages_dir / f"{stem}.png")
+        draw_regions(page.image, finished.output.regions).save(self.pages_dir / f"{stem}.overlay.png")
+        for region in finished.output.regions:
+            box = crop_box(page, region.bbox_px, self.crop_margin_pt) if region.task is None else None
+            if box is not None:
+                file = f"{stem}-region-{region.order:03d}.png"
+                crop(page, box).save(self.pages_dir / file)
+                self.pictures[(finished.output.index, region.order)] = quote(f"{self.pages_dir.name}/{file}")
+
+    def finish(self, document: DocumentOutput) -> None:
+        """Write NAME.md (unless the document failed as a whole) and then NAME.json."""
+        options = MarkdownOptions(pictures=self.pictures)
+        if document.error is None:
+            self.markdown_path.write_text(document_markdown(document, options), encoding="utf-8")
+        partial = self.json_path.with_suffix(".json.partial")
+        partial.write_text(json.dumps(document_json(document, options), ensure_ascii=False, indent=2) + "\n",
+                           encoding="utf-8")
+        partial.replace(self.json_path)
