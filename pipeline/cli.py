@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from .config import get_settings
 
 if TYPE_CHECKING:
+    from .documents.layout import LayoutBackend
     from .documents.process import FinishedPage, PageCallback
     from .engine.engine import Engine
 
@@ -70,49 +71,68 @@ def _add_process_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def _process(args: argparse.Namespace) -> int:
-    from .documents.ingest import Limits
+    """`quire process`: 0 when every input has a result, 1 when any input failed, 2 when nothing could start."""
     from .documents.layout import PageLayout
-    from .documents.outputs import DocumentWriter, output_names
-    from .documents.process import ProcessOptions, expand_inputs, process_file
+
+    settings = get_settings()
+    todo, names, missing = _inputs_to_process(args.inputs, args.output, args.force)
+    if not todo:
+        return 1 if missing else 0
+    layout = PageLayout()
+    model = str(args.model or settings.model)
+    engine = _load_engine(model, args.device or settings.device, settings.dtype)
+    if engine is None:
+        return 2
+    try:
+        failed = _process_all(todo, names, engine, layout, args, model)
+    finally:
+        engine.close()
+    return 1 if failed or missing else 0
+
+
+def _inputs_to_process(inputs: list[Path], output: Path, force: bool) -> tuple[list[Path], dict[Path, str], int]:
+    """(files to process, their output NAMEs, how many inputs do not exist); finished ones are skipped, said so."""
+    from .documents.outputs import output_names
+    from .documents.process import expand_inputs
+
+    missing = [path for path in inputs if not path.exists()]
+    for path in missing:
+        print(f"error: {path}: no such file or directory", file=sys.stderr)
+    files = expand_inputs([path for path in inputs if path.exists()])
+    names = output_names(files)
+    todo = []
+    for path in files:
+        if not force and (output / f"{names[path]}.json").exists():
+            print(f"skip {path}: {names[path]}.json exists (--force redoes it)", file=sys.stderr)
+        else:
+            todo.append(path)
+    return todo, names, len(missing)
+
+
+def _process_all(todo: list[Path], names: dict[Path, str], engine: Engine, layout: LayoutBackend,
+                 args: argparse.Namespace, model: str) -> int:
+    """Process and write each file in turn through the one engine; the number of documents that failed."""
+    from .documents.ingest import Limits
+    from .documents.outputs import DocumentWriter
+    from .documents.process import ProcessOptions, process_file
     from .documents.recognize import EngineRecognizer
     from .documents.regions import RegionOptions
 
     settings = get_settings()
-    missing = [path for path in args.inputs if not path.exists()]
-    for path in missing:
-        print(f"error: {path}: no such file or directory", file=sys.stderr)
-    inputs = expand_inputs([path for path in args.inputs if path.exists()])
-    names = output_names(inputs)
-    todo = []
-    for path in inputs:
-        if not args.force and (args.output / f"{names[path]}.json").exists():
-            print(f"skip {path}: {names[path]}.json exists (--force redoes it)", file=sys.stderr)
-        else:
-            todo.append(path)
-    if not todo:
-        return 1 if missing else 0
-    engine = _load_engine(args.model or settings.model, args.device or settings.device, settings.dtype)
-    if engine is None:
-        return 2
     regions = RegionOptions(settings.crop_margin_pt, args.text_layer, recognize_charts=args.charts,
                             recognize_seals=args.seals)
     options = ProcessOptions(Limits(dpi=args.dpi), regions, args.password, settings.pages_in_flight)
     recognizer = EngineRecognizer(engine, args.max_tokens or settings.max_tokens)
-    layout = PageLayout()
-    failed = len(missing)
-    try:
-        for number, path in enumerate(todo, 1):
-            writer = DocumentWriter(args.output, names[path], settings.crop_margin_pt)
-            writer.start()
-            progress = _Progress(f"[{number}/{len(todo)}] {path.name}")
-            document = process_file(path, recognizer, layout, options, progress.wrap(writer.page),
-                                    model=str(args.model or settings.model))
-            writer.finish(document)
-            progress.done(document.status, document.error.code if document.error else None)
-            failed += document.status == "failed"
-    finally:
-        engine.close()
-    return 1 if failed else 0
+    failed = 0
+    for number, path in enumerate(todo, 1):
+        writer = DocumentWriter(args.output, names[path], settings.crop_margin_pt)
+        writer.start()
+        progress = _Progress(f"[{number}/{len(todo)}] {path.name}")
+        document = process_file(path, recognizer, layout, options, progress.wrap(writer.page), model=model)
+        writer.finish(document)
+        progress.done(document.status, document.error.code if document.error else None)
+        failed += document.status == "failed"
+    return failed
 
 
 def _load_engine(model: str, device: str, dtype: str) -> Engine | None:
