@@ -68,6 +68,21 @@ class RenderedPage:
             ys.append(b * x + d * y + f)
         return (min(xs), min(ys), max(xs), max(ys))
 
+    def to_pixels(self, bbox_pt: tuple[float, float, float, float]) -> tuple[float, float, float, float]:
+        """A box in page points (PyMuPDF's space) → the pixel box on `image`; the inverse of `to_points`.
+
+        Layout backends that read the PDF's own structure get boxes in page points and need them on the image.
+        """
+        x0, y0, x1, y1 = bbox_pt
+        a, b, c, d, e, f = self.px_to_pt
+        det = a * d - b * c
+        xs, ys = [], []
+        for x, y in ((x0, y0), (x1, y0), (x0, y1), (x1, y1)):
+            x, y = x - e, y - f
+            xs.append((d * x - c * y) / det)
+            ys.append((a * y - b * x) / det)
+        return (min(xs), min(ys), max(xs), max(ys))
+
     def png_bytes(self) -> bytes:
         """The page image encoded as PNG (lossless, so OCR sees exactly what was rendered)."""
         buffer = io.BytesIO()

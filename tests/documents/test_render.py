@@ -84,6 +84,8 @@ def test_dark_box_found_on_the_image_maps_to_its_page_points(rotation: int):
     (result,) = render(pdf.tobytes())
     found = result.page.to_points(dark_bbox(result.page))
     assert found == pytest.approx(tuple(expected), abs=1.0)
+    assert result.page.to_pixels(tuple(expected)) == pytest.approx(dark_bbox(result.page), abs=3.0)  # 1 pt, back
+    assert result.page.to_points(result.page.to_pixels(found)) == pytest.approx(found)
     assert (result.page.width_pt, result.page.height_pt) == ((500, 700) if rotation % 180 == 0 else (700, 500))
 
 
