@@ -1,4 +1,4 @@
-"""Session-wide tiny checkpoints: generated once per test session into a temp directory."""
+"""Session-wide tiny checkpoints (engine and layout): generated once per test session into a temp directory."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.documents.tiny_layout import TinyLayoutSpec, write_tiny_layout_checkpoint
 from pipeline.engine.tiny_checkpoint import TinySpec, write_tiny_checkpoint
 
 
@@ -25,3 +26,17 @@ def checkpoint_factory(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="session")
 def tiny_checkpoint(checkpoint_factory) -> Path:
     return checkpoint_factory()
+
+
+@pytest.fixture(scope="session")
+def layout_checkpoint_factory(tmp_path_factory: pytest.TempPathFactory):
+    """Tiny PP-DocLayout checkpoints (V2 by default), written once per spec per session."""
+    made: dict[TinyLayoutSpec, Path] = {}
+
+    def make(spec: TinyLayoutSpec | None = None) -> Path:
+        spec = spec or TinyLayoutSpec()
+        if spec not in made:
+            made[spec] = write_tiny_layout_checkpoint(tmp_path_factory.mktemp("layout"), spec)
+        return made[spec]
+
+    return make

@@ -2,7 +2,13 @@
 
 Backends share one interface (`LayoutBackend.detect`) and one label vocabulary (PP-DocLayout's), so the
 rest of the pipeline never knows which backend found a region. Boxes are pixels on the rendered page
-image; `RenderedPage.to_points` maps them back to page points.
+image; `RenderedPage.to_points` maps them back to page points. `layout_backend(name)` builds one:
+
+- `pp-doclayout`: PP-DocLayoutV2/V3 through transformers (layout_model.py), boxes and the model's reading order;
+- `pdf`: a born-digital page's own structure read with PyMuPDF, no model (layout_pdf.py);
+- `page`: the whole page as one `text` region;
+- `auto`: pp-doclayout when its weights are on this machine, else pdf for PDF pages (which itself falls back to
+  the whole page when a page has no text layer), else page.
 """
 
 from __future__ import annotations
@@ -10,8 +16,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from pipeline.config import get_settings
 from pipeline.documents.ingest import SourcePage
+from pipeline.documents.layout_weights import LayoutModelUnavailable, local_layout_weights
 from pipeline.documents.render import RenderedPage
+
+__all__ = [
+    "BACKENDS", "LABELS", "AutoLayout", "BBox", "LayoutBackend", "LayoutModelUnavailable", "PageLayout", "Region",
+    "layout_backend",
+]
+
+BACKENDS = ("auto", "pp-doclayout", "pdf", "page")
 
 BBox = tuple[float, float, float, float]  # x0, y0, x1, y1 in pixels of the rendered page image
 
@@ -49,3 +64,57 @@ class PageLayout:
 
     def detect(self, page: RenderedPage, source: SourcePage) -> list[Region]:
         return [Region((0.0, 0.0, float(page.width_px), float(page.height_px)), "text", 1.0, 0)]
+
+
+class AutoLayout:
+    """The best backend this machine can run, per page: the model if its weights are here, else the PDF itself.
+
+    Never downloads: a missing model silently means the model-free backends, unlike asking for `pp-doclayout`.
+    """
+
+    name = "auto"
+
+    def __init__(self, model: str, device: str = "cpu") -> None:
+        from pipeline.documents.layout_pdf import PdfLayout
+
+        weights = local_layout_weights(model)
+        self.model: LayoutBackend | None = None
+        if weights is not None:
+            from pipeline.documents.layout_model import PPDocLayout
+
+            self.model = PPDocLayout(weights, device)
+        self._pdf: LayoutBackend = PdfLayout()
+        self._page: LayoutBackend = PageLayout()
+
+    def backend_for(self, source: SourcePage) -> LayoutBackend:
+        """The backend that lays out `source`."""
+        if self.model is not None:
+            return self.model
+        return self._pdf if source.document.is_pdf else self._page
+
+    def detect(self, page: RenderedPage, source: SourcePage) -> list[Region]:
+        return self.backend_for(source).detect(page, source)
+
+
+def layout_backend(name: str, model: str | None = None, device: str = "cpu") -> LayoutBackend:
+    """The layout backend called `name` (one of BACKENDS); `model` is the PP-DocLayout directory or hub id.
+
+    `pp-doclayout` without its weights raises LayoutModelUnavailable with how to get them; an unknown name
+    raises ValueError. Backend modules are imported here, not at the top: they import this module's contract,
+    and only the model backend pulls in torch.
+    """
+    if name not in BACKENDS:
+        raise ValueError(f"unknown layout backend {name!r}: choose one of {', '.join(BACKENDS)}")
+    if name == "page":
+        return PageLayout()
+    if name == "pdf":
+        from pipeline.documents.layout_pdf import PdfLayout
+
+        return PdfLayout()
+    if model is None:
+        model = get_settings().layout_model
+    if name == "auto":
+        return AutoLayout(model, device)
+    from pipeline.documents.layout_model import PPDocLayout
+
+    return PPDocLayout.load(model, device)
