@@ -292,7 +292,7 @@ def _text_label(
     text: _Text, body: float, body_bottom: float, largest: float, page: RenderedPage, page_index: int,
     pictures: list[BBox],
 ) -> str:
-    x0, y0, x1, y1 = text.bbox
+    _, y0, _, y1 = text.bbox
     height, lines, size = page.height_px, len(text.lines), text.size
     short = lines <= 3 and len(text.text) <= 150
     if _PAGE_NUMBER.match(text.text) and (y1 <= _NUMBER_BAND_SHARE * height or y0 >= (1 - _NUMBER_BAND_SHARE) * height):
