@@ -56,6 +56,8 @@ def _add_process_parser(commands: argparse._SubParsersAction) -> None:
     process.add_argument("-o", "--output", type=Path, default=Path("."), help="output directory (default: .)")
     process.add_argument("--layout", default=settings.layout, choices=["auto", "pp-doclayout", "pdf", "page"],
                          help="layout backend (default: QUIRE_LAYOUT or auto)")
+    process.add_argument("--layout-model", default=None,
+                         help="PP-DocLayoutV2/V3 directory or hub id (default: QUIRE_LAYOUT_MODEL)")
     process.add_argument("--dpi", type=int, default=settings.dpi, help="page rendering resolution (default: 200)")
     process.add_argument("--model", default=None, help="local directory or hub id (default: QUIRE_MODEL)")
     process.add_argument("--device", default=None, help="torch device such as cpu or cuda (default: QUIRE_DEVICE)")
@@ -72,15 +74,21 @@ def _add_process_parser(commands: argparse._SubParsersAction) -> None:
 
 def _process(args: argparse.Namespace) -> int:
     """`quire process`: 0 when every input has a result, 1 when any input failed, 2 when nothing could start."""
-    from .documents.layout import PageLayout
+    from .documents.layout import layout_backend
+    from .documents.layout_weights import LayoutModelUnavailable
 
     settings = get_settings()
     todo, names, missing = _inputs_to_process(args.inputs, args.output, args.force)
     if not todo:
         return 1 if missing else 0
-    layout = PageLayout()
+    device = args.device or settings.device
+    try:
+        layout = layout_backend(args.layout, args.layout_model, device)
+    except LayoutModelUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     model = str(args.model or settings.model)
-    engine = _load_engine(model, args.device or settings.device, settings.dtype)
+    engine = _load_engine(model, device, settings.dtype)
     if engine is None:
         return 2
     try:

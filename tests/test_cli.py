@@ -12,6 +12,7 @@ import jsonschema
 import pytest
 
 from pipeline.documents.assemble import load_schema
+from pipeline.documents.overlay import colour_for
 
 
 def _quire(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
@@ -49,7 +50,7 @@ def test_an_unavailable_model_says_how_to_get_one(tmp_path, model):
 # --- quire process --------------------------------------------------------------------------------------------
 
 CORPUS = Path(__file__).resolve().parent / "fixtures" / "corpus"
-FAST = ("--layout", "page", "--dpi", "40", "--text-layer", "off", "--max-tokens", "4")
+FAST = ("--layout", "pdf", "--dpi", "40", "--text-layer", "off", "--max-tokens", "4")
 
 
 def test_process_writes_markdown_json_and_page_images_with_overlays(tmp_path, tiny_checkpoint):
@@ -63,6 +64,7 @@ def test_process_writes_markdown_json_and_page_images_with_overlays(tmp_path, ti
     result = json.loads((out / "pdflatex-4-pages.json").read_text())
     jsonschema.validate(result, load_schema())
     assert (result["status"], result["page_count"], result["model"]) == ("succeeded", 4, str(tiny_checkpoint))
+    assert [[r["label"] for r in page["regions"]] for page in result["pages"]] == [["text", "number"]] * 4
     regions = [region for page in result["pages"] for region in page["regions"]]
     assert all(region["source"] == "model" and region["tokens"]["generated"] <= 4 for region in regions)
     markdown = (out / "pdflatex-4-pages.md").read_text()
@@ -72,7 +74,8 @@ def test_process_writes_markdown_json_and_page_images_with_overlays(tmp_path, ti
                                                        for kind in (".overlay", "")]
     page, overlay = Image.open(pages / "page-0001.png"), Image.open(pages / "page-0001.overlay.png")
     assert page.size == overlay.size == (result["pages"][0]["width_px"], result["pages"][0]["height_px"])
-    assert overlay.getpixel((1, overlay.height // 2)) != page.getpixel((1, overlay.height // 2))  # the box's edge
+    x0, y0, x1, y1 = result["pages"][0]["regions"][0]["bbox_px"]
+    assert overlay.getpixel((round(x0), round((y0 + y1) / 2))) == colour_for("text")  # the text box's left edge
 
 
 def test_process_takes_a_directory_skips_finished_inputs_and_reports_bad_ones(tmp_path, tiny_checkpoint):

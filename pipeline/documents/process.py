@@ -152,7 +152,13 @@ def _start(source: SourcePage, recognizer: Recognizer, layout: LayoutBackend,
     prepared = _prepare(source, page, regions, options.regions)
     futures = {i: recognizer.submit(RecognitionTask(crop(page, item.crop_box), item.task))
                for i, item in enumerate(prepared) if item.needs_model}
-    return _InFlight(source.index, page, layout.name, prepared, futures, timings)
+    return _InFlight(source.index, page, _backend_name(layout, source), prepared, futures, timings)
+
+
+def _backend_name(layout: LayoutBackend, source: SourcePage) -> str:
+    """The backend that laid the page out: `auto` picks one per page and says which through `backend_for`."""
+    pick = getattr(layout, "backend_for", None)
+    return pick(source).name if pick is not None else layout.name
 
 
 def _prepare(source: SourcePage, page: RenderedPage, regions: list[Region],

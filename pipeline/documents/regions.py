@@ -106,7 +106,6 @@ class _TextLayer:
         self.grey = np.asarray(page.image.convert("L"))
         self.images = [pymupdf.Rect(info["bbox"]) for info in pdf_page.get_image_info()]
         self.words = pdf_page.get_text("words", sort=True)
-        self.pt_to_px = _inverse(page.px_to_pt)
 
     def text(self, bbox: BBox, min_coverage: float) -> str | None:
         """The region's text from the text layer, or None when the layer does not clearly cover the region."""
@@ -134,8 +133,9 @@ class _TextLayer:
             return 0.0
         covered = np.zeros_like(ink)
         for word in words:
-            wx0, wy0, wx1, wy1 = _map_box(self.pt_to_px, pymupdf.Rect(word[:4]) + (-_WORD_PAD_PT, -_WORD_PAD_PT,
-                                                                                  _WORD_PAD_PT, _WORD_PAD_PT))
+            x, y, right, bottom = word[:4]
+            wx0, wy0, wx1, wy1 = self.page.to_pixels((x - _WORD_PAD_PT, y - _WORD_PAD_PT,
+                                                      right + _WORD_PAD_PT, bottom + _WORD_PAD_PT))
             covered[max(0, math.floor(wy0) - y0):max(0, math.ceil(wy1) - y0),
                     max(0, math.floor(wx0) - x0):max(0, math.ceil(wx1) - x0)] = True
         return int((ink & covered).sum()) / total
@@ -175,18 +175,3 @@ def _overlap(image: pymupdf.Rect, clip: pymupdf.Rect) -> float:
     """Share of `clip`'s area covered by `image`."""
     inter = pymupdf.Rect(image) & clip
     return 0.0 if inter.is_empty else inter.get_area() / clip.get_area()
-
-
-def _inverse(matrix: tuple[float, float, float, float, float, float]) -> tuple[float, ...]:
-    a, b, c, d, e, f = matrix
-    det = a * d - b * c
-    ia, ib, ic, id_ = d / det, -b / det, -c / det, a / det
-    return (ia, ib, ic, id_, -(ia * e + ic * f), -(ib * e + id_ * f))
-
-
-def _map_box(matrix: tuple[float, ...], rect: pymupdf.Rect) -> tuple[float, float, float, float]:
-    """A rectangle through an affine matrix (a, b, c, d, e, f), as the bounding box of its four corners."""
-    a, b, c, d, e, f = matrix
-    corners = [(a * x + c * y + e, b * x + d * y + f) for x in (rect.x0, rect.x1) for y in (rect.y0, rect.y1)]
-    xs, ys = [x for x, _ in corners], [y for _, y in corners]
-    return (min(xs), min(ys), max(xs), max(ys))
