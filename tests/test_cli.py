@@ -109,3 +109,10 @@ def test_process_without_the_weights_says_how_to_get_them_and_how_to_run_the_dem
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "huggingface-cli download" in done.stderr and "quire demo" in done.stderr
     assert f"--model {tmp_path / 'tiny-checkpoint'}" in done.stderr
+
+
+def test_process_without_the_layout_model_says_how_to_get_it_and_names_the_model_free_layouts(tmp_path):
+    done = _quire("process", str(CORPUS / "minimal-document.pdf"), "-o", str(tmp_path / "out"),
+                  "--layout", "pp-doclayout", "--layout-model", str(tmp_path / "no-layout-model"), cache=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "--layout pdf" in done.stderr and not (tmp_path / "out").exists()
