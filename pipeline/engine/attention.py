@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import torch
 import torch.nn.functional as F
 
@@ -10,10 +12,14 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past: in
     """q (T, H, D) attends k/v (past + T, KV, D) causally; GQA by head grouping."""
     t, total = q.shape[0], k.shape[0]
     mask = None if past == 0 else torch.ones(t, total, dtype=torch.bool, device=q.device).tril(diagonal=past)
-    out = F.scaled_dot_product_attention(
-        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask, is_causal=past == 0,
-        enable_gqa=True)
-    return out.transpose(0, 1)
+    return heads_attention(q, k, v, attn_mask=mask, is_causal=past == 0, enable_gqa=True)
+
+
+def heads_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **options: object) -> torch.Tensor:
+    """SDPA over (T, H, D) tensors, given a batch axis: 3-D inputs fall to torch's slow math path on CPU."""
+    out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+                                         **options)
+    return out[0].transpose(0, 1)
 
 
 class PagedKVCache:
@@ -45,13 +51,18 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
 class PagedAttention:
     """Attention of one step's flat batch through block tables.
 
-    New K/V are written to their slots first. Each decode row gathers only its own blocks (padding every
-    row to the longest context costs more than a short loop), and each prefill chunk attends its cached
-    prefix plus itself under the causal mask (never unmasked: a later chunk's causality comes from it).
+    New K/V are written to their slots first. Decode rows go to the compiled kernel in one call per layer
+    when there is one (see cpu_kernels.py); otherwise each gathers only its own blocks (padding every row to
+    the longest context costs more than a short loop). Each prefill chunk attends its cached prefix plus
+    itself under the causal mask (never unmasked: a later chunk's causality comes from it).
     """
 
-    def __init__(self, cache: PagedKVCache, slots: torch.Tensor, chunks: list[Chunk]) -> None:
-        self.cache, self.slots, self.chunks = cache, slots, chunks
+    def __init__(self, cache: PagedKVCache, slots: torch.Tensor, chunks: list[Chunk],
+                 decode_kernel: ModuleType | None = None) -> None:
+        self.cache, self.slots, self.kernel = cache, slots, decode_kernel
+        decodes = [chunk for chunk in chunks if chunk.length == 1] if decode_kernel else []
+        self.decodes = DecodeBatch(decodes, slots.device) if decodes else None
+        self.looped = [chunk for chunk in chunks if not (self.decodes and chunk.length == 1)]
 
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         k_pool, v_pool = self.cache.k[layer], self.cache.v[layer]
@@ -59,7 +70,11 @@ class PagedAttention:
         k_pool.view(kv_shape).index_copy_(0, self.slots, k)
         v_pool.view(kv_shape).index_copy_(0, self.slots, v)
         out = torch.empty_like(q)
-        for chunk in self.chunks:
+        if self.decodes is not None:
+            batch = self.decodes
+            out[batch.rows] = self.kernel.paged_decode(q[batch.rows], k_pool, v_pool, batch.tables, batch.lengths,
+                                                       q.shape[-1] ** -0.5)
+        for chunk in self.looped:
             keys = chunk.read(k_pool)
             values = chunk.read(v_pool)
             if chunk.length == 1:
@@ -74,7 +89,7 @@ class Chunk:
     """One sequence's rows [start, start+length) of the batch, attending `context` tokens of KV."""
 
     def __init__(self, start: int, length: int, context: int, blocks: list[int], device: torch.device) -> None:
-        self.start, self.length, self.context = start, length, context
+        self.start, self.length, self.context, self.block_ids = start, length, context, blocks
         consecutive = blocks == list(range(blocks[0], blocks[0] + len(blocks)))
         self.run = slice(blocks[0], blocks[0] + len(blocks)) if consecutive else None
         self.blocks = None if consecutive else torch.tensor(blocks, device=device)
@@ -83,3 +98,14 @@ class Chunk:
         """The chunk's (context, KV, D) keys or values: a view when its blocks are consecutive."""
         picked = pool[self.run] if self.run is not None else pool[self.blocks]
         return picked.flatten(0, 1)[:self.context]
+
+
+class DecodeBatch:
+    """A step's decode rows as the kernel takes them: row indices, zero-padded block tables, context lengths."""
+
+    def __init__(self, chunks: list[Chunk], device: torch.device) -> None:
+        width = max(len(chunk.block_ids) for chunk in chunks)
+        self.rows = torch.tensor([chunk.start for chunk in chunks], device=device)
+        self.tables = torch.tensor([chunk.block_ids + [0] * (width - len(chunk.block_ids)) for chunk in chunks],
+                                   device=device)
+        self.lengths = torch.tensor([chunk.context for chunk in chunks], device=device)

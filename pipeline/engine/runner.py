@@ -13,6 +13,7 @@ import math
 import torch
 
 from .attention import Chunk, PagedAttention, PagedKVCache
+from .cpu_kernels import paged_decode_module
 from .encoder_cache import EncoderCache
 from .model.paddleocr_vl import PaddleOCRVL
 from .scheduler import Step
@@ -25,6 +26,7 @@ class ModelRunner:
         self.cache = cache
         self.encoder_cache = encoder_cache
         self.block_size = cache.block_size
+        self.decode_kernel = paged_decode_module() if cache.k.device.type == "cpu" else None
         self.tower_calls = 0
         self.tower_images = 0
 
@@ -47,7 +49,7 @@ class ModelRunner:
             if end == seq.num_tokens:
                 sample_rows.append(offset - 1)
                 sampled.append(seq)
-        attention = PagedAttention(self.cache, torch.tensor(slots, device=device), chunks)
+        attention = PagedAttention(self.cache, torch.tensor(slots, device=device), chunks, self.decode_kernel)
         embeds = self.model.embed(torch.tensor(ids, device=device), torch.cat(image_rows) if image_rows else None)
         hidden = self.model(embeds, torch.cat(positions, dim=1).to(device), attention)
         return sampled, self.model.logits(hidden[sample_rows])

@@ -199,7 +199,8 @@ def test_a_client_that_disconnects_mid_stream_cancels_its_request(served):
     endless = {"model": MODEL, "messages": _image_message(3), "max_tokens": 100_000, "ignore_eos": True,
                "stream": True}
     with httpx.stream("POST", f"{served.base_url}/v1/chat/completions", json=endless, timeout=30) as reply:
-        next(line for line in reply.iter_lines() if '"content":"' in line and '"role"' not in line)
+        lines = reply.iter_lines()  # held: a dropped line iterator closes the connection, which is a disconnect
+        next(line for line in lines if '"content":"' in line and '"role"' not in line)
         assert served.engine.sequences, "the request should be decoding"
     assert _wait_idle(served.engine), "the engine kept decoding for a client that left"
 

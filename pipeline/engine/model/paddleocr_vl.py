@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..attention import heads_attention
 from .config import ModelConfig, TextConfig, VisionConfig
 from .rope import Grid, MRope, VisionRope, apply_rope, patch_coordinates
 
@@ -141,10 +142,8 @@ class VisionAttention(nn.Module):
         q, k, v = (p(x).view(n, self.heads, self.head_dim) for p in (self.q_proj, self.k_proj, self.v_proj))
         q = apply_rope(q.float(), cos, sin).to(x.dtype)
         k = apply_rope(k.float(), cos, sin).to(x.dtype)
-        out = [
-            F.scaled_dot_product_attention(qi.transpose(0, 1), ki.transpose(0, 1), vi.transpose(0, 1)).transpose(0, 1)
-            for qi, ki, vi in zip(q.split(lengths), k.split(lengths), v.split(lengths), strict=True)
-        ]
+        out = [heads_attention(qi, ki, vi)
+               for qi, ki, vi in zip(q.split(lengths), k.split(lengths), v.split(lengths), strict=True)]
         return self.out_proj(torch.cat(out).reshape(n, -1))
 
 
