@@ -1,7 +1,8 @@
 """Output tokens/s of Quire's engine against transformers on one workload, side by side in one run.
 
 Peers: transformers `generate` one request at a time, transformers `generate` on left-padded batches of
-the engine's `max_num_seqs`, and (with --vllm-python) vLLM's offline CPU engine in its own interpreter.
+the engine's `max_num_seqs`, and (with --vllm-python) vLLM's offline CPU engine in its own interpreter,
+capped at the same `max_num_seqs` so both engines batch the same number of sequences.
 Workload: region crops of mixed sizes with fixed, seeded output lengths (ignore_eos), greedy, on the
 "bench" tiny checkpoint (head_dim 128, which vLLM's CPU attention accepts). Only each request's own
 tokens count, so a padded batch that runs to its longest member is charged for the waiting. Warm-up is
@@ -74,14 +75,15 @@ def run_hf(directory: Path, items: list, dtype: str, batch_size: int) -> float:
     return sum(n for _, n in items) / (time.perf_counter() - start)
 
 
-def run_vllm(python: str, directory: Path, items: list, dtype: str, tmp: Path) -> float:
+def run_vllm(python: str, directory: Path, items: list, dtype: str, max_num_seqs: int, tmp: Path) -> float:
     jobs = []
     for i, (image, n) in enumerate(items):
         path = tmp / f"crop{i}.png"
         image.save(path)
         jobs.append({"image": str(path), "max_tokens": n})
     spec = tmp / "workload.json"
-    spec.write_text(json.dumps({"model": str(directory), "dtype": dtype, "prompt": PROMPT, "jobs": jobs}))
+    spec.write_text(json.dumps({"model": str(directory), "dtype": dtype, "prompt": PROMPT, "jobs": jobs,
+                                 "max_num_seqs": max_num_seqs}))
     worker = Path(__file__).with_name("vllm_worker.py")
     done = subprocess.run([python, str(worker), str(spec)], capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])["tok_s"]
@@ -112,7 +114,8 @@ def main() -> None:
         print(f"transformers padded batches of {args.max_num_seqs}: {figures['hf_batched_tok_s']:.1f} tok/s",
               file=sys.stderr)
         if args.vllm_python:
-            figures["vllm_tok_s"] = run_vllm(args.vllm_python, directory, items, args.dtype, Path(tmp))
+            figures["vllm_tok_s"] = run_vllm(args.vllm_python, directory, items, args.dtype, args.max_num_seqs,
+                                           Path(tmp))
     engine = figures["engine_tok_s"]
     figures |= {"vs_hf_sequential": engine / figures["hf_sequential_tok_s"],
                 "vs_hf_batched": engine / figures["hf_batched_tok_s"]}

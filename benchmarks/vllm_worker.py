@@ -25,7 +25,7 @@ def main(spec_path: str) -> None:
     from PIL import Image
     from vllm import LLM, SamplingParams
 
-    llm = LLM(model=spec["model"], dtype=spec["dtype"], trust_remote_code=False,
+    llm = LLM(model=spec["model"], dtype=spec["dtype"], trust_remote_code=False, max_num_seqs=spec["max_num_seqs"],
               limit_mm_per_prompt={"image": {"count": 1, "width": 600, "height": 200}})
     prompt = TEMPLATE.format(prompt=spec["prompt"])
     inputs = [{"prompt": prompt, "multi_modal_data": {"image": Image.open(job["image"]).convert("RGB")}}
