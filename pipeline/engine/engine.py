@@ -72,7 +72,7 @@ class Engine:
         self.scheduler = Scheduler(config.scheduler(), self.pool, self.prefix_cache)
         self.encoder_cache = EncoderCache(config.encoder_cache_tokens, self._pending_image_hashes) \
             if config.encoder_cache_tokens > 0 else None
-        self.runner = ModelRunner(model, self.cache, self.encoder_cache)
+        self.runner = ModelRunner(model, self.cache, self.encoder_cache, config.max_num_seqs)
         self.sequences: dict[str, Sequence] = {}
         self.listeners: dict[str, Callable[[Delta], None]] = {}
         self._ids = itertools.count()

@@ -19,6 +19,7 @@ import torch
 from safetensors.torch import save_file
 
 from .model.config import ModelConfig, TextConfig, VisionConfig
+from .model.loader import checkpoint_targets
 from .model.paddleocr_vl import PaddleOCRVL
 
 SPECIAL_IDS = {
@@ -180,7 +181,7 @@ def _hub_config(config: ModelConfig, spec: TinySpec) -> dict:
 def _random_tensors(config: ModelConfig, spec: TinySpec) -> dict[str, torch.Tensor]:
     gen = torch.Generator().manual_seed(spec.seed)
     with torch.device("meta"):
-        shapes = {name: p.shape for name, p in PaddleOCRVL(config).named_parameters()}
+        shapes = {name: target.shape for name, target in checkpoint_targets(PaddleOCRVL(config)).items()}
     if spec.tied:
         shapes.pop("lm_head.weight")
     tensors = {name: _init(name, shape, gen, spec) for name, shape in shapes.items()}

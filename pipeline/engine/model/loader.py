@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -85,14 +86,15 @@ def load_model(
     config = ModelConfig.from_file(directory / "config.json")
     with torch.device("meta"):
         model = PaddleOCRVL(config)
-    expected = {name: p.shape for name, p in model.named_parameters()}
+    targets = checkpoint_targets(model)
+    expected = {name: target.shape for name, target in targets.items()}
     files = {hub_key(k): (k, f) for k, f in weight_files(directory).items() if not _IGNORED.search(k)}
     _check_keys(expected, files, directory)
     for name, key, file, tensor in _tensors(files):
         if tensor.shape != expected[name]:
             raise CheckpointError(
                 f"{file.name}: tensor {key} has shape {tuple(tensor.shape)}, expected {tuple(expected[name])}")
-        _assign(model, name, tensor.to(device=device, dtype=dtype))
+        _assign(model, targets[name], tensor.to(device=device, dtype=dtype))
     if "lm_head.weight" not in files:
         model.lm_head.weight = model.model.embed_tokens.weight
     return model.eval()
@@ -127,7 +129,41 @@ def _tensors(files: dict[str, tuple[str, Path]]) -> Iterator[tuple[str, str, Pat
             raise CheckpointError(f"{file.name}: cannot read tensor {key} ({exc})") from exc
 
 
-def _assign(model: nn.Module, name: str, tensor: torch.Tensor) -> None:
-    module_path, _, attr = name.rpartition(".")
+@dataclass(frozen=True)
+class Target:
+    """Where one checkpoint tensor goes: a model parameter, or a row range of a stacked one."""
+
+    parameter: str
+    shape: torch.Size
+    rows: slice | None = None
+
+
+def checkpoint_targets(model: nn.Module) -> dict[str, Target]:
+    """Checkpoint tensor name → target; a StackedLinear's parameter is filled from one tensor per part."""
+    targets = {}
+    for name, param in model.named_parameters():
+        module_path, _, attr = name.rpartition(".")
+        parts = getattr(model.get_submodule(module_path), "parts", None)
+        if parts is None:
+            targets[name] = Target(name, param.shape)
+            continue
+        owner, start = module_path.rpartition(".")[0], 0
+        for part, size in parts:
+            targets[f"{owner}.{part}.{attr}"] = Target(name, torch.Size((size, *param.shape[1:])),
+                                                       slice(start, start + size))
+            start += size
+    return targets
+
+
+def _assign(model: nn.Module, target: Target, tensor: torch.Tensor) -> None:
+    module_path, _, attr = target.parameter.rpartition(".")
     module = model.get_submodule(module_path)
-    module._parameters[attr] = nn.Parameter(tensor, requires_grad=False)
+    if target.rows is None:
+        module._parameters[attr] = nn.Parameter(tensor, requires_grad=False)
+        return
+    current = module._parameters[attr]
+    if current.is_meta:
+        current = nn.Parameter(torch.empty(current.shape, dtype=tensor.dtype, device=tensor.device),
+                               requires_grad=False)
+        module._parameters[attr] = current
+    current.data[target.rows] = tensor

@@ -38,33 +38,44 @@ class RMSNorm(nn.Module):
         return self.weight * normed.to(x.dtype)
 
 
+class StackedLinear(nn.Linear):
+    """Several projections of one input as one GEMM; `parts` names the checkpoint tensors it stacks, in order.
+
+    Fewer, larger matmuls per layer (q/k/v, gate/up): on a CPU each small op costs more to launch than to run.
+    The loader fills each part's rows from its own checkpoint tensor.
+    """
+
+    def __init__(self, in_features: int, parts: list[tuple[str, int]], bias: bool = False) -> None:
+        super().__init__(in_features, sum(size for _, size in parts), bias=bias)
+        self.parts = parts
+
+
 class DecoderAttention(nn.Module):
     def __init__(self, cfg: TextConfig, layer: int) -> None:
         super().__init__()
         self.layer, self.heads, self.kv_heads, self.head_dim = (
             layer, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim)
-        self.q_proj = nn.Linear(cfg.hidden_size, self.heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(cfg.hidden_size, self.kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(cfg.hidden_size, self.kv_heads * self.head_dim, bias=False)
+        kv_width = self.kv_heads * self.head_dim
+        self.qkv_proj = StackedLinear(cfg.hidden_size, [("q_proj", self.heads * self.head_dim), ("k_proj", kv_width),
+                                                        ("v_proj", kv_width)])
         self.o_proj = nn.Linear(self.heads * self.head_dim, cfg.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attention: Attention) -> torch.Tensor:
-        t = x.shape[0]
-        q = apply_rope(self.q_proj(x).view(t, self.heads, self.head_dim), cos, sin)
-        k = apply_rope(self.k_proj(x).view(t, self.kv_heads, self.head_dim), cos, sin)
-        v = self.v_proj(x).view(t, self.kv_heads, self.head_dim)
-        return self.o_proj(attention(self.layer, q, k, v).reshape(t, -1))
+        t, rotated = x.shape[0], self.heads + self.kv_heads
+        qkv = self.qkv_proj(x).view(t, rotated + self.kv_heads, self.head_dim)
+        q, k = apply_rope(qkv[:, :rotated], cos, sin).split([self.heads, self.kv_heads], dim=1)
+        return self.o_proj(attention(self.layer, q, k, qkv[:, rotated:]).reshape(t, -1))
 
 
 class SwiGLU(nn.Module):
     def __init__(self, hidden: int, intermediate: int) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.gate_up_proj = StackedLinear(hidden, [("gate_proj", intermediate), ("up_proj", intermediate)])
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class DecoderLayer(nn.Module):
