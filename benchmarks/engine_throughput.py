@@ -86,7 +86,8 @@ def run_vllm(python: str, directory: Path, items: list, dtype: str, max_num_seqs
                                  "max_num_seqs": max_num_seqs}))
     worker = Path(__file__).with_name("vllm_worker.py")
     done = subprocess.run([python, str(worker), str(spec)], capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])["tok_s"]
+    result = next(line for line in reversed(done.stdout.splitlines()) if line.startswith('{"tok_s"'))
+    return json.loads(result)["tok_s"]
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""The engine's CPU fast paths: kernels compiled once per machine from csrc/, and MKL's prepacked GEMM.
+"""The engine's CPU fast paths: kernels compiled once per machine from csrc/, and the lm_head's GEMM layout.
 
 Building needs a C++ compiler and ninja; where either is missing the engine keeps its torch path, so a
 kernel is always an optimisation, never a requirement. Set QUIRE_CPU_KERNELS=0 to use the torch path.
@@ -35,14 +35,21 @@ def paged_decode_module() -> ModuleType | None:
         return None
 
 
-def packed_linear(weight: torch.Tensor, batch_size: int) -> Callable[[torch.Tensor], torch.Tensor]:
-    """`x @ weight.T`, through a copy of `weight` prepacked for MKL's sgemm when torch has it (fp32, CPU).
+def lm_head_linear(weight: torch.Tensor, batch_size: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """`x @ weight.T` for a large weight (the 103k-row lm_head) and decode-sized batches, fp32 on the CPU.
 
-    A small-batch GEMM against a large weight (the 103k-row lm_head in decode) otherwise repacks the whole
-    weight on every call; the prepacked copy makes that step about a quarter faster, with identical results.
+    F.linear repacks the whole weight on every call, which costs more than the arithmetic at decode sizes.
+    A transposed copy, kept once, is read as a plain GEMM; for a handful of rows (up to a quarter of
+    `batch_size`, but more than one), streaming the weight once as `weight @ x.T` is faster still.
     """
-    usable = weight.device.type == "cpu" and weight.dtype == torch.float32 and torch.backends.mkl.is_available()
+    usable = weight.device.type == "cpu" and weight.dtype == torch.float32
     if not usable or os.environ.get("QUIRE_CPU_KERNELS", "1") == "0":
         return lambda x: F.linear(x, weight)
-    packed = torch.ops.mkl._mkl_reorder_linear_weight(weight, batch_size)
-    return lambda x: torch.ops.mkl._mkl_linear(x, packed, weight, None, batch_size)
+    transposed = weight.t().contiguous()
+
+    def linear(x: torch.Tensor) -> torch.Tensor:
+        if 1 < x.shape[0] <= batch_size // 4:
+            return (weight @ x.t()).t().contiguous()
+        return x @ transposed
+
+    return linear

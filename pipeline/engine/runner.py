@@ -13,7 +13,7 @@ import math
 import torch
 
 from .attention import Chunk, PagedAttention, PagedKVCache
-from .cpu_kernels import packed_linear, paged_decode_module
+from .cpu_kernels import lm_head_linear, paged_decode_module
 from .encoder_cache import EncoderCache
 from .model.paddleocr_vl import PaddleOCRVL
 from .scheduler import Step
@@ -24,7 +24,7 @@ class ModelRunner:
     def __init__(self, model: PaddleOCRVL, cache: PagedKVCache, encoder_cache: EncoderCache | None = None,
                  max_num_seqs: int = 32) -> None:
         self.model = model
-        self.lm_head = packed_linear(model.lm_head.weight, max_num_seqs)
+        self.lm_head = lm_head_linear(model.lm_head.weight, max_num_seqs)
         self.cache = cache
         self.encoder_cache = encoder_cache
         self.block_size = cache.block_size

@@ -80,3 +80,12 @@ def test_the_kernel_can_be_switched_off(monkeypatch):
         assert cpu_kernels.paged_decode_module() is None
     finally:
         cpu_kernels.paged_decode_module.cache_clear()
+
+
+@pytest.mark.parametrize("rows", [1, 2, 8, 9, 32, 40])
+def test_the_lm_head_gives_f_linear_logits_for_every_batch_size(rows):
+    weight = torch.randn(1000, 64, generator=torch.Generator().manual_seed(rows))
+    x = torch.randn(rows, 64)
+    logits = cpu_kernels.lm_head_linear(weight, batch_size=32)(x)
+    assert logits.is_contiguous()
+    torch.testing.assert_close(logits, torch.nn.functional.linear(x, weight), atol=1e-5, rtol=1e-5)
