@@ -13,7 +13,7 @@ import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,8 +151,14 @@ class Engine:
         return finished
 
     def generate(self, requests: list[Request]) -> list[Output]:
-        """Offline batch: all requests in flight together; outputs in request order."""
-        ids = [self.add_request(r) for r in requests]
+        """Offline batch: all requests in flight together; outputs in request order.
+
+        Images are preprocessed on a small thread pool first (PIL and numpy release the GIL), so a bad
+        request refuses the batch before any of it is queued.
+        """
+        with ThreadPoolExecutor(max_workers=max(1, torch.get_num_threads())) as pool:
+            sequences = list(pool.map(self.prepare, requests))
+        ids = [self.add_request(seq) for seq in sequences]
         done: dict[str, Output] = {}
         while self.has_unfinished():
             done.update((out.request_id, out) for out in self.step())
