@@ -21,6 +21,7 @@ import torch
 
 from .attention import PagedKVCache
 from .block_pool import BlockPool
+from .cpu_kernels import prepack_linears
 from .detokenizer import IncrementalDetokenizer
 from .encoder_cache import EncoderCache, image_hash
 from .model.loader import load_model, resolve_checkpoint
@@ -72,7 +73,8 @@ class Engine:
         self.scheduler = Scheduler(config.scheduler(), self.pool, self.prefix_cache)
         self.encoder_cache = EncoderCache(config.encoder_cache_tokens, self._pending_image_hashes) \
             if config.encoder_cache_tokens > 0 else None
-        self.runner = ModelRunner(model, self.cache, self.encoder_cache, config.max_num_seqs)
+        prepack_linears(model, config.max_num_seqs)
+        self.runner = ModelRunner(model, self.cache, self.encoder_cache)
         self.sequences: dict[str, Sequence] = {}
         self.listeners: dict[str, Callable[[Delta], None]] = {}
         self._ids = itertools.count()

@@ -13,7 +13,7 @@ import math
 import torch
 
 from .attention import Chunk, PagedAttention, PagedKVCache
-from .cpu_kernels import lm_head_linear, paged_decode_module
+from .cpu_kernels import paged_decode_module
 from .encoder_cache import EncoderCache
 from .model.paddleocr_vl import PaddleOCRVL
 from .scheduler import Step
@@ -21,10 +21,8 @@ from .sequence import Sequence
 
 
 class ModelRunner:
-    def __init__(self, model: PaddleOCRVL, cache: PagedKVCache, encoder_cache: EncoderCache | None = None,
-                 max_num_seqs: int = 32) -> None:
+    def __init__(self, model: PaddleOCRVL, cache: PagedKVCache, encoder_cache: EncoderCache | None = None) -> None:
         self.model = model
-        self.lm_head = lm_head_linear(model.lm_head.weight, max_num_seqs)
         self.cache = cache
         self.encoder_cache = encoder_cache
         self.block_size = cache.block_size
@@ -54,7 +52,7 @@ class ModelRunner:
         attention = PagedAttention(self.cache, torch.tensor(slots, device=device), chunks, self.decode_kernel)
         embeds = self.model.embed(torch.tensor(ids, device=device), torch.cat(image_rows) if image_rows else None)
         hidden = self.model(embeds, torch.cat(positions, dim=1).to(device), attention)
-        return sampled, self.lm_head(hidden[sample_rows]).float()
+        return sampled, self.model.logits(hidden[sample_rows])
 
     def _slots(self, table: list[int], start: int, end: int) -> list[int]:
         bs = self.block_size

@@ -83,9 +83,11 @@ def test_the_kernel_can_be_switched_off(monkeypatch):
 
 
 @pytest.mark.parametrize("rows", [1, 2, 8, 9, 32, 40])
-def test_the_lm_head_gives_f_linear_logits_for_every_batch_size(rows):
-    weight = torch.randn(1000, 64, generator=torch.Generator().manual_seed(rows))
+def test_prepacked_linears_give_f_linear_results_for_every_batch_size(rows):
+    model = torch.nn.Sequential(torch.nn.Linear(64, 1000), torch.nn.Linear(1000, 8, bias=False))
     x = torch.randn(rows, 64)
-    logits = cpu_kernels.lm_head_linear(weight, batch_size=32)(x)
-    assert logits.is_contiguous()
-    torch.testing.assert_close(logits, torch.nn.functional.linear(x, weight), atol=1e-5, rtol=1e-5)
+    expected = model(x)
+    assert cpu_kernels.prepack_linears(model, batch_size=32) == 2
+    assert isinstance(model[0], cpu_kernels.PrepackedLinear)
+    assert set(dict(model.named_parameters())) == {"0.weight", "0.bias", "1.weight"}
+    torch.testing.assert_close(model(x), expected, atol=1e-5, rtol=1e-5)
