@@ -40,8 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
                        help="weights and KV cache dtype (default: QUIRE_DTYPE)")
     serve.add_argument("--device", default=None, help="torch device such as cpu or cuda (default: QUIRE_DEVICE)")
+    commands.add_parser("migrate", help="create or upgrade the database (QUIRE_DATABASE_URL) to the newest schema")
     args = parser.parse_args(argv)
-    commands = {"demo": _demo, "recognize": _recognize, "engine": _serve_engine, "process": _process}
+    commands = {"demo": _demo, "recognize": _recognize, "engine": _serve_engine, "process": _process,
+                "migrate": _migrate}
     return commands[args.command](args)
 
 
@@ -187,6 +189,18 @@ class _Progress:
         end = "\r" if self.tty else ""
         print(f"{end}{self.label}: {self.pages} pages, {outcome}, {time.perf_counter() - self.started:.1f}s"
               + " " * 8, file=sys.stderr)
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    """`quire migrate`: Alembic's upgrade to head on the configured database (a no-op when it is current)."""
+    from sqlalchemy.engine import make_url
+
+    from .db.migrate import upgrade_to_head
+
+    url = get_settings().database_url
+    upgrade_to_head(url)
+    print(f"database at the newest schema: {make_url(url).render_as_string(hide_password=True)}")
+    return 0
 
 
 def _serve_engine(args: argparse.Namespace) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+from pydantic import model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -26,6 +27,20 @@ class Settings(BaseSettings):
     recognize_charts: bool = False  # charts are pictures unless this asks for `Chart Recognition:`
     recognize_seals: bool = False  # seals are pictures unless this asks for `Seal Recognition:`
     pages_in_flight: int = 16  # pages rendered ahead while the engine recognises earlier ones
+    # service (database, blobs); empty means "under cache_dir", filled in below
+    database_url: str = ""  # sqlite:///path or postgresql+psycopg://user@host/db
+    blob_dir: Path | None = None  # uploaded files and page images by content address
+
+    @model_validator(mode="after")
+    def _defaults_under_cache_dir(self) -> Settings:
+        """The embedded mode needs no configuration: the database and blobs default to files under cache_dir,
+        and a `~` in a SQLite path is expanded (SQLAlchemy would otherwise create a directory named `~`)."""
+        if not self.database_url:
+            self.database_url = f"sqlite:///{self.cache_dir.expanduser() / 'quire.db'}"
+        elif self.database_url.startswith("sqlite:///~"):
+            self.database_url = "sqlite:///" + str(Path(self.database_url.removeprefix("sqlite:///")).expanduser())
+        self.blob_dir = (self.blob_dir or self.cache_dir / "blobs").expanduser()
+        return self
 
 
 def get_settings() -> Settings:

@@ -1,0 +1,217 @@
+"""The service's tables: documents, their pages, the pages' regions, and the region-level recognition cache.
+
+A document row exists before any work starts (the upload is durable first); ingest adds one page row per page,
+layout adds one region row per region, recognition fills the region's content. Region results are keyed by
+(page_id, index) so a re-delivered task overwrites its own earlier result instead of adding a second one.
+Statuses are strings with CHECK constraints rather than native enums: Postgres enums need their own migration
+to gain a value, SQLite has none, and the strings are what the API and the JSON result show anyway.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+DOCUMENT_STATUSES = ("queued", "processing", "succeeded", "partial", "failed", "canceled")
+PAGE_STATUSES = ("queued", "processing", "succeeded", "failed")
+REGION_STATUSES = ("pending", "succeeded", "failed")
+# Where a region's content came from; "none" is a picture region, which is never recognised (result.schema.json).
+REGION_SOURCES = ("model", "text-layer", "cache", "none")
+
+# Explicit names for every constraint and index: migrations can then drop or alter them by name, and SQLite's
+# batch mode (which rebuilds tables) needs named constraints to carry them over.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# JSONB on Postgres (comparable, indexable), plain JSON text elsewhere.
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+# SQLite only makes an INTEGER PRIMARY KEY auto-increment, so the 64-bit key is INTEGER there.
+BigID = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(value) for value in values)})"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime on every dialect.
+
+    SQLite stores no offset and hands back naive datetimes, which then cannot be compared with aware ones;
+    this stores UTC and always returns an aware UTC value, so code behaves the same on SQLite and Postgres.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime: pass an aware one (datetime.now(UTC))")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Document(Base):
+    """One uploaded file and the state of its processing; the blob itself lives in the blob store under sha256."""
+
+    __tablename__ = "documents"
+    __table_args__ = (
+        CheckConstraint(_in("status", DOCUMENT_STATUSES), name="status"),
+        UniqueConstraint("tenant", "idempotency_key"),
+        Index(None, "tenant", "sha256"),  # same-tenant same-content dedup on upload
+        Index(None, "tenant", "created_at"),  # the listing, newest first
+    )
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=lambda: str(uuid.uuid4()))
+    tenant: Mapped[str] = mapped_column(String(128))
+    filename: Mapped[str] = mapped_column(String(1024))
+    sha256: Mapped[str] = mapped_column(String(64))  # also the blob key of the uploaded bytes
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    media_type: Mapped[str | None] = mapped_column(String(64))  # detected at ingest, from the content
+    page_count: Mapped[int | None] = mapped_column(Integer)  # known once ingest has opened the file
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    error_code: Mapped[str | None] = mapped_column(String(64))
+    error_message: Mapped[str | None] = mapped_column(Text)
+    options: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)  # layout, dpi, tasks, callback_url, …
+    model: Mapped[str | None] = mapped_column(String(512))  # the recognition model that produced the result
+    timings: Mapped[dict[str, float]] = mapped_column(JSONType, default=dict)
+    idempotency_key: Mapped[str | None] = mapped_column(String(256))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    pages: Mapped[list[Page]] = relationship(
+        back_populates="document", order_by="Page.index", cascade="all, delete-orphan", passive_deletes=True
+    )
+
+
+class Page(Base):
+    """One page: its rendering (size, dpi, image blob), the layout backend that cut it, and its Markdown."""
+
+    __tablename__ = "pages"
+    __table_args__ = (
+        CheckConstraint(_in("status", PAGE_STATUSES), name="status"),
+        UniqueConstraint("document_id", "index"),
+    )
+
+    id: Mapped[int] = mapped_column(BigID, primary_key=True, autoincrement=True)
+    document_id: Mapped[str] = mapped_column(ForeignKey("documents.id", ondelete="CASCADE"))
+    index: Mapped[int] = mapped_column(Integer)  # 0-based page index in the document
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    width_px: Mapped[int | None] = mapped_column(Integer)
+    height_px: Mapped[int | None] = mapped_column(Integer)
+    width_pt: Mapped[float | None] = mapped_column(Float)
+    height_pt: Mapped[float | None] = mapped_column(Float)
+    dpi: Mapped[float | None] = mapped_column(Float)
+    rotation: Mapped[int] = mapped_column(Integer, default=0)
+    image_key: Mapped[str | None] = mapped_column(String(64))  # blob key of the rendered page image
+    layout: Mapped[str | None] = mapped_column(String(64))  # the layout backend that found the regions
+    markdown: Mapped[str | None] = mapped_column(Text)
+    error_code: Mapped[str | None] = mapped_column(String(64))
+    error_message: Mapped[str | None] = mapped_column(Text)
+    timings: Mapped[dict[str, float]] = mapped_column(JSONType, default=dict)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+    document: Mapped[Document] = relationship(back_populates="pages")
+    regions: Mapped[list[Region]] = relationship(
+        back_populates="page", order_by="Region.index", cascade="all, delete-orphan", passive_deletes=True
+    )
+
+
+class Region(Base):
+    """One layout region and its recognition result; (page_id, index) identifies it across task re-deliveries."""
+
+    __tablename__ = "regions"
+    __table_args__ = (
+        CheckConstraint(_in("status", REGION_STATUSES), name="status"),
+        CheckConstraint(_in("source", REGION_SOURCES), name="source"),
+        UniqueConstraint("page_id", "index"),
+    )
+
+    id: Mapped[int] = mapped_column(BigID, primary_key=True, autoincrement=True)
+    page_id: Mapped[int] = mapped_column(BigID, ForeignKey("pages.id", ondelete="CASCADE"))
+    index: Mapped[int] = mapped_column(Integer)  # position in the layout's output; stable across retries
+    reading_order: Mapped[int] = mapped_column(Integer)
+    label: Mapped[str] = mapped_column(String(32))
+    score: Mapped[float | None] = mapped_column(Float)  # layout confidence
+    bbox_px: Mapped[list[float]] = mapped_column(JSONType)  # [x0, y0, x1, y1] on the rendered image
+    bbox_pt: Mapped[list[float]] = mapped_column(JSONType)  # the same box in page points
+    task: Mapped[str | None] = mapped_column(String(16))  # ocr | table | formula | chart | seal; None: a picture
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    source: Mapped[str | None] = mapped_column(String(16))  # None until there is a result
+    text: Mapped[str | None] = mapped_column(Text)
+    html: Mapped[str | None] = mapped_column(Text)
+    latex: Mapped[str | None] = mapped_column(Text)
+    finish_reason: Mapped[str | None] = mapped_column(String(16))
+    truncated: Mapped[bool] = mapped_column(default=False)
+    prompt_tokens: Mapped[int | None] = mapped_column(Integer)
+    generated_tokens: Mapped[int | None] = mapped_column(Integer)
+    cached_tokens: Mapped[int | None] = mapped_column(Integer)
+    ttft_ms: Mapped[float | None] = mapped_column(Float)
+    decode_ms: Mapped[float | None] = mapped_column(Float)
+    latency_ms: Mapped[float | None] = mapped_column(Float)  # submission to result, as the worker saw it
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    error_code: Mapped[str | None] = mapped_column(String(64))
+    error_message: Mapped[str | None] = mapped_column(Text)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+    page: Mapped[Page] = relationship(back_populates="regions")
+
+
+class RecognitionCache(Base):
+    """A recognised crop by (model revision, task, crop content hash): bulk archives repeat letterheads and
+    stamps, and an identical crop under the same model and task gives the same greedy output."""
+
+    __tablename__ = "recognition_cache"
+    __table_args__ = (UniqueConstraint("model_revision", "task", "image_sha256"),)
+
+    id: Mapped[int] = mapped_column(BigID, primary_key=True, autoincrement=True)
+    model_revision: Mapped[str] = mapped_column(String(512))
+    task: Mapped[str] = mapped_column(String(16))
+    image_sha256: Mapped[str] = mapped_column(String(64))
+    text: Mapped[str | None] = mapped_column(Text)
+    html: Mapped[str | None] = mapped_column(Text)
+    latex: Mapped[str | None] = mapped_column(Text)
+    finish_reason: Mapped[str | None] = mapped_column(String(16))
+    truncated: Mapped[bool] = mapped_column(default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -1,0 +1,73 @@
+"""The migrations build the schema the models describe, on SQLite and on Postgres, from an empty database."""
+
+from __future__ import annotations
+
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, inspect, text
+
+from pipeline.cli import main
+from pipeline.db.migrate import alembic_config, upgrade_to_head
+from pipeline.db.models import Base
+from pipeline.db.session import create_db_engine
+
+TABLES = {"documents", "pages", "regions", "recognition_cache"}
+
+
+def head() -> str:
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def test_upgrade_head_on_an_empty_database_creates_every_table(engine: Engine) -> None:
+    assert TABLES | {"alembic_version"} == set(inspect(engine).get_table_names())
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar_one() == head()
+
+
+def test_autogenerate_finds_no_difference_between_models_and_migrations(engine: Engine) -> None:
+    """A model change without a revision (or a revision that drifts from the models) fails here."""
+    with engine.connect() as connection:
+        context = MigrationContext.configure(connection, opts={"compare_type": True})
+        assert compare_metadata(context, Base.metadata) == []
+
+
+def test_the_constraints_the_service_relies_on_are_in_the_database(engine: Engine) -> None:
+    schema = inspect(engine)
+    unique = {table: {tuple(c["column_names"]) for c in schema.get_unique_constraints(table)} for table in TABLES}
+    assert ("tenant", "idempotency_key") in unique["documents"]
+    assert ("document_id", "index") in unique["pages"]
+    assert ("page_id", "index") in unique["regions"]
+    assert ("model_revision", "task", "image_sha256") in unique["recognition_cache"]
+    assert ["tenant", "sha256"] in [index["column_names"] for index in schema.get_indexes("documents")]
+    for table in ("pages", "regions"):
+        (foreign_key,) = schema.get_foreign_keys(table)
+        assert foreign_key["options"].get("ondelete") == "CASCADE"
+    checks = {check["name"] for table in TABLES for check in schema.get_check_constraints(table)}
+    assert {"ck_documents_status", "ck_pages_status", "ck_regions_status", "ck_regions_source"} <= checks
+
+
+def test_downgrade_to_base_and_upgrade_again(empty_database: str) -> None:
+    upgrade_to_head(empty_database)
+    command.downgrade(alembic_config(empty_database), "base")
+    engine = create_db_engine(empty_database)
+    try:
+        assert not TABLES & set(inspect(engine).get_table_names())
+        upgrade_to_head(empty_database)
+        assert TABLES <= set(inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def test_quire_migrate_upgrades_the_configured_database_and_is_repeatable(tmp_path, monkeypatch, capsys) -> None:
+    database = tmp_path / "nested" / "quire.db"  # the directory is created on demand, as on a first run
+    monkeypatch.setenv("QUIRE_DATABASE_URL", f"sqlite:///{database}")
+    assert main(["migrate"]) == 0
+    assert main(["migrate"]) == 0
+    assert str(database) in capsys.readouterr().out
+    engine = create_db_engine(f"sqlite:///{database}")
+    try:
+        assert TABLES <= set(inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
