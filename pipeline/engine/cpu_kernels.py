@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import shutil
 from pathlib import Path
 from types import ModuleType
 
@@ -29,11 +30,20 @@ def paged_decode_module() -> ModuleType | None:
     try:
         from torch.utils.cpp_extension import load
 
+        ensure_ninja_on_path()
         return load(name="quire_paged_decode", sources=[str(SOURCE)], verbose=False,
                     extra_cflags=["-O3", "-march=native", "-fopenmp"], extra_ldflags=["-fopenmp"])
     except Exception as exc:  # no compiler, no ninja, an exotic platform: the torch path serves
         log.warning("CPU paged-decode kernel unavailable, using the torch path: %s", exc)
         return None
+
+
+def ensure_ninja_on_path() -> None:
+    """torch's builder runs `ninja` from PATH; without a system one, use the pip package's (a dependency)."""
+    if shutil.which("ninja") is None:
+        import ninja
+
+        os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
 
 
 class PrepackedLinear(nn.Module):

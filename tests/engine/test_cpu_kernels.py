@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 
@@ -91,3 +93,9 @@ def test_prepacked_linears_give_f_linear_results_for_every_batch_size(rows):
     assert isinstance(model[0], cpu_kernels.PrepackedLinear)
     assert set(dict(model.named_parameters())) == {"0.weight", "0.bias", "1.weight"}
     torch.testing.assert_close(model(x), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_the_pip_ninja_serves_where_the_system_has_none(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    cpu_kernels.ensure_ninja_on_path()
+    assert shutil.which("ninja") is not None
