@@ -23,7 +23,7 @@ def _insert(session: Session, table: Table) -> Any:
         return postgresql.insert(table)
     if dialect == "sqlite":
         return sqlite.insert(table)
-    raise NotImplementedError(f"no INSERT … ON CONFLICT for the {dialect} dialect (Postgres and SQLite are supported)")
+    raise ValueError(f"unsupported database dialect {dialect!r}: Quire runs on Postgres and SQLite")
 
 
 def upsert_regions(session: Session, rows: Sequence[dict[str, Any]]) -> None:
