@@ -22,10 +22,14 @@ log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("csrc") / "paged_decode.cpp"
 
 
+def enabled() -> bool:
+    return os.environ.get("QUIRE_CPU_KERNELS", "1") != "0"
+
+
 @functools.cache
 def paged_decode_module() -> ModuleType | None:
     """The compiled paged-decode module, or None when it is disabled or cannot be built here."""
-    if os.environ.get("QUIRE_CPU_KERNELS", "1") == "0":
+    if not enabled():
         return None
     try:
         from torch.utils.cpp_extension import load
@@ -67,7 +71,7 @@ def prepack_linears(model: nn.Module, batch_size: int) -> int:
     """Swap every fp32 CPU nn.Linear of `model` for a PrepackedLinear; returns how many (0 when unavailable)."""
     weight = next(model.parameters())
     usable = weight.device.type == "cpu" and weight.dtype == torch.float32 and torch.backends.mkldnn.is_available()
-    if not usable or os.environ.get("QUIRE_CPU_KERNELS", "1") == "0":
+    if not usable or not enabled():
         return 0
     swapped = 0
     for parent in list(model.modules()):
