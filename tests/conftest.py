@@ -10,17 +10,22 @@ from pipeline.documents.tiny_layout import TinyLayoutSpec, write_tiny_layout_che
 from pipeline.engine.tiny_checkpoint import TinySpec, write_tiny_checkpoint
 
 
-@pytest.fixture(scope="session")
-def checkpoint_factory(tmp_path_factory: pytest.TempPathFactory):
-    made: dict[TinySpec, Path] = {}
+def _written_once(tmp_path_factory: pytest.TempPathFactory, write, default, folder: str):
+    """A factory that writes each spec's checkpoint into a temp folder on first use and reuses it after."""
+    made: dict[object, Path] = {}
 
-    def make(spec: TinySpec | None = None) -> Path:
-        spec = spec or TinySpec()
+    def make(spec=None) -> Path:
+        spec = spec or default
         if spec not in made:
-            made[spec] = write_tiny_checkpoint(tmp_path_factory.mktemp("ckpt"), spec)
+            made[spec] = write(tmp_path_factory.mktemp(folder), spec)
         return made[spec]
 
     return make
+
+
+@pytest.fixture(scope="session")
+def checkpoint_factory(tmp_path_factory: pytest.TempPathFactory):
+    return _written_once(tmp_path_factory, write_tiny_checkpoint, TinySpec(), "ckpt")
 
 
 @pytest.fixture(scope="session")
@@ -31,12 +36,4 @@ def tiny_checkpoint(checkpoint_factory) -> Path:
 @pytest.fixture(scope="session")
 def layout_checkpoint_factory(tmp_path_factory: pytest.TempPathFactory):
     """Tiny PP-DocLayout checkpoints (V2 by default), written once per spec per session."""
-    made: dict[TinyLayoutSpec, Path] = {}
-
-    def make(spec: TinyLayoutSpec | None = None) -> Path:
-        spec = spec or TinyLayoutSpec()
-        if spec not in made:
-            made[spec] = write_tiny_layout_checkpoint(tmp_path_factory.mktemp("layout"), spec)
-        return made[spec]
-
-    return make
+    return _written_once(tmp_path_factory, write_tiny_layout_checkpoint, TinyLayoutSpec(), "layout")
