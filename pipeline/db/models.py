@@ -96,7 +96,8 @@ class Document(Base):
     __table_args__ = (
         CheckConstraint(_in("status", DOCUMENT_STATUSES), name="status"),
         UniqueConstraint("tenant", "idempotency_key"),
-        Index(None, "tenant", "sha256"),  # same-tenant same-content dedup on upload
+        UniqueConstraint("dedup_key"),
+        Index(None, "tenant", "sha256"),
         Index(None, "tenant", "created_at"),  # the listing, newest first
     )
 
@@ -114,6 +115,13 @@ class Document(Base):
     model: Mapped[str | None] = mapped_column(String(512))  # the recognition model that produced the result
     timings: Mapped[dict[str, float]] = mapped_column(JSONType, default=dict)
     idempotency_key: Mapped[str | None] = mapped_column(String(256))
+    # Same tenant, same bytes, same options → the same document; a unique key makes concurrent uploads agree.
+    dedup_key: Mapped[str | None] = mapped_column(String(64))
+    # Pages in a final state, raised once per page in the transaction that finishes it: the page that brings
+    # it to page_count (and only that one) schedules finalize, with no lost update between concurrent pages.
+    pages_done: Mapped[int] = mapped_column(Integer, default=0)
+    markdown_key: Mapped[str | None] = mapped_column(String(64))  # blob keys of the assembled results
+    result_key: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -176,6 +184,7 @@ class Region(Base):
     score: Mapped[float | None] = mapped_column(Float)  # layout confidence
     bbox_px: Mapped[list[float]] = mapped_column(JSONType)  # [x0, y0, x1, y1] on the rendered image
     bbox_pt: Mapped[list[float]] = mapped_column(JSONType)  # the same box in page points
+    crop_px: Mapped[list[int] | None] = mapped_column(JSONType)  # the crop sent to the model, margin included
     task: Mapped[str | None] = mapped_column(String(16))  # ocr | table | formula | chart | seal; None: a picture
     status: Mapped[str] = mapped_column(String(16), default="pending")
     source: Mapped[str | None] = mapped_column(String(16))  # None until there is a result
@@ -199,13 +208,15 @@ class Region(Base):
 
 
 class RecognitionCache(Base):
-    """A recognised crop by (model revision, task, crop content hash): bulk archives repeat letterheads and
+    """A recognised crop by (tenant, model revision, task, crop content hash): bulk archives repeat letterheads and
     stamps, and an identical crop under the same model and task gives the same greedy output."""
 
     __tablename__ = "recognition_cache"
-    __table_args__ = (UniqueConstraint("model_revision", "task", "image_sha256"),)
+    __table_args__ = (UniqueConstraint("tenant", "model_revision", "task", "image_sha256"),)
 
     id: Mapped[int] = mapped_column(BigID, primary_key=True, autoincrement=True)
+    # Per tenant: a hit shows in `source` and in latency, which would tell one tenant what another uploaded.
+    tenant: Mapped[str] = mapped_column(String(128))
     model_revision: Mapped[str] = mapped_column(String(512))
     task: Mapped[str] = mapped_column(String(16))
     image_sha256: Mapped[str] = mapped_column(String(64))

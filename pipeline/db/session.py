@@ -16,7 +16,7 @@ from ..config import get_settings
 
 
 def create_db_engine(url: str) -> Engine:
-    """An engine for url; SQLite gets its parent directory created, foreign keys on and WAL.
+    """An engine for url; SQLite gets its parent directory created, foreign keys on, WAL and immediate transactions.
 
     SQLite ignores foreign keys (and so ON DELETE CASCADE) unless each connection turns them on, and its default
     rollback journal blocks readers while a worker writes; WAL lets the API read during a worker's transaction.
@@ -29,7 +29,8 @@ def create_db_engine(url: str) -> Engine:
     if not in_memory:
         Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
     # Threads share the engine in the embedded mode; the pool hands each connection to one thread at a time.
-    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+    # isolation_level=None hands transaction control to the `begin` hook below.
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30, "isolation_level": None})
 
     @event.listens_for(engine, "connect")
     def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -38,6 +39,12 @@ def create_db_engine(url: str) -> Engine:
         if not in_memory:
             cursor.execute("PRAGMA journal_mode=WAL")
         cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin_immediate(connection: Any) -> None:
+        # A deferred transaction that reads and then writes fails at once (SQLITE_BUSY, no waiting) when another
+        # connection wrote in between; taking the write lock at BEGIN makes concurrent workers queue instead.
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
 

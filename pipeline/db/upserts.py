@@ -8,13 +8,13 @@ Postgres and SQLite (3.24+) share the ON CONFLICT syntax; only the insert constr
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Table, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from .models import RecognitionCache, Region, utcnow
+from .models import Page, RecognitionCache, Region, utcnow
 
 
 def _insert(session: Session, table: Table) -> Any:
@@ -46,21 +46,33 @@ def upsert_regions(session: Session, rows: Sequence[dict[str, Any]]) -> None:
     session.execute(statement.on_conflict_do_update(index_elements=["page_id", "index"], set_=changed))
 
 
-def remember_recognition(session: Session, model_revision: str, task: str, image_sha256: str,
-                         **result: Any) -> None:
+class CropKey(NamedTuple):
+    """What identifies a recognised crop in the cache: same tenant, model revision, task and pixels."""
+
+    tenant: str
+    model_revision: str
+    task: str
+    image_sha256: str
+
+
+def remember_recognition(session: Session, key: CropKey, **result: Any) -> None:
     """Cache one crop's result; the first writer wins, because every writer computed the same greedy output."""
-    statement = _insert(session, RecognitionCache.__table__).values(
-        model_revision=model_revision, task=task, image_sha256=image_sha256, created_at=utcnow(), **result
-    )
-    session.execute(statement.on_conflict_do_nothing(index_elements=["model_revision", "task", "image_sha256"]))
+    statement = _insert(session, RecognitionCache.__table__).values(**key._asdict(), created_at=utcnow(), **result)
+    session.execute(statement.on_conflict_do_nothing(index_elements=list(CropKey._fields)))
 
 
-def recall_recognition(session: Session, model_revision: str, task: str, image_sha256: str) -> RecognitionCache | None:
-    """The cached result for this crop under this model revision and task, if one was stored."""
-    return session.scalars(
-        select(RecognitionCache).where(
-            RecognitionCache.model_revision == model_revision,
-            RecognitionCache.task == task,
-            RecognitionCache.image_sha256 == image_sha256,
-        )
-    ).one_or_none()
+def recall_recognition(session: Session, key: CropKey) -> RecognitionCache | None:
+    """The cached result for this crop under this tenant, model revision and task, if one was stored."""
+    matches = (getattr(RecognitionCache, name) == value for name, value in key._asdict().items())
+    return session.scalars(select(RecognitionCache).where(*matches)).one_or_none()
+
+
+def insert_pages(session: Session, document_id: str, count: int) -> None:
+    """One queued page row per page index; pages that exist already (a re-delivered ingest) are left as they are."""
+    if count <= 0:
+        return
+    now = utcnow()
+    rows = [{"document_id": document_id, "index": index, "status": "queued", "rotation": 0, "timings": {},
+             "created_at": now, "updated_at": now} for index in range(count)]
+    session.execute(_insert(session, Page.__table__).values(rows)
+                    .on_conflict_do_nothing(index_elements=["document_id", "index"]))

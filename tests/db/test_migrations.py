@@ -39,7 +39,8 @@ def test_the_constraints_the_service_relies_on_are_in_the_database(engine: Engin
     assert ("tenant", "idempotency_key") in unique["documents"]
     assert ("document_id", "index") in unique["pages"]
     assert ("page_id", "index") in unique["regions"]
-    assert ("model_revision", "task", "image_sha256") in unique["recognition_cache"]
+    assert ("tenant", "model_revision", "task", "image_sha256") in unique["recognition_cache"]
+    assert ("dedup_key",) in unique["documents"]
     assert ["tenant", "sha256"] in [index["column_names"] for index in schema.get_indexes("documents")]
     for table in ("pages", "regions"):
         (foreign_key,) = schema.get_foreign_keys(table)

@@ -11,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from pipeline.config import Settings
 from pipeline.db.models import Document, Page, Region
 from pipeline.db.session import create_db_engine, session_scope
-from pipeline.db.upserts import recall_recognition, remember_recognition, upsert_regions
+from pipeline.db.upserts import CropKey, recall_recognition, remember_recognition, upsert_regions
 
 SHA = "ab" * 32
 
@@ -113,15 +113,19 @@ def test_an_idempotency_key_is_unique_per_tenant(engine: Engine) -> None:
         session.add_all([Document(tenant="acme", filename=f"{i}.pdf", sha256=SHA, size_bytes=1) for i in range(2)])
 
 
-def test_the_recognition_cache_keeps_the_first_result_per_model_task_and_crop(engine: Engine) -> None:
+def test_the_recognition_cache_keeps_the_first_result_per_tenant_model_task_and_crop(engine: Engine) -> None:
+    def key(tenant: str = "acme", revision: str = "rev-1", task: str = "ocr") -> CropKey:
+        return CropKey(tenant, revision, task, SHA)
+
     with session_scope(engine) as session:
-        remember_recognition(session, "rev-1", "ocr", SHA, text="ACME Corp.")
-        remember_recognition(session, "rev-1", "ocr", SHA, text="written by a racing worker")
-        remember_recognition(session, "rev-1", "table", SHA, html="<table></table>")
+        remember_recognition(session, key(), text="ACME Corp.")
+        remember_recognition(session, key(), text="written by a racing worker")
+        remember_recognition(session, key(task="table"), html="<table></table>")
     with session_scope(engine) as session:
-        assert recall_recognition(session, "rev-1", "ocr", SHA).text == "ACME Corp."
-        assert recall_recognition(session, "rev-1", "table", SHA).html == "<table></table>"
-        assert recall_recognition(session, "rev-2", "ocr", SHA) is None  # a new model revision starts afresh
+        assert recall_recognition(session, key()).text == "ACME Corp."
+        assert recall_recognition(session, key(task="table")).html == "<table></table>"
+        assert recall_recognition(session, key(revision="rev-2")) is None  # a new model revision starts afresh
+        assert recall_recognition(session, key(tenant="globex")) is None  # another tenant never sees the hit
 
 
 def test_session_scope_rolls_back_when_the_block_raises(engine: Engine) -> None:
