@@ -27,9 +27,14 @@ class Settings(BaseSettings):
     recognize_charts: bool = False  # charts are pictures unless this asks for `Chart Recognition:`
     recognize_seals: bool = False  # seals are pictures unless this asks for `Seal Recognition:`
     pages_in_flight: int = 16  # pages rendered ahead while the engine recognises earlier ones
+    max_upload_bytes: int = 200 * 1024 * 1024  # an upload past this is refused while it streams in
+    max_pages: int = 2000  # a document with more pages fails with `too_many_pages`
     # service (database, blobs); empty means "under cache_dir", filled in below
     database_url: str = ""  # sqlite:///path or postgresql+psycopg://user@host/db
     blob_dir: Path | None = None  # uploaded files and page images by content address
+    broker_url: str = ""  # redis://host:6379/0: the distributed mode (Celery); empty: the embedded mode
+    cpu_threads: int = 2  # embedded mode: threads for ingest, render and layout
+    gpu_threads: int = 4  # embedded mode: recognize tasks in flight at once, all feeding the one engine
 
     @model_validator(mode="after")
     def _defaults_under_cache_dir(self) -> Settings:

@@ -119,7 +119,7 @@ def document_json(document: DocumentOutput, options: MarkdownOptions | None = No
         "model": document.model,
         "error": _problem(document.error),
         "timings_ms": _timings(document.timings_ms),
-        "pages": [_page_json(page, options) for page in document.pages],
+        "pages": [page_json(page, options) for page in document.pages],
     }
 
 
@@ -128,7 +128,7 @@ def load_schema() -> dict[str, Any]:
     return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
 
 
-def _page_json(page: PageOutput, options: MarkdownOptions | None) -> dict[str, Any]:
+def page_json(page: PageOutput, options: MarkdownOptions | None) -> dict[str, Any]:
     return {
         "index": page.index,
         "status": page.status,

@@ -15,7 +15,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pipeline.documents.errors import DocumentError
@@ -49,15 +49,26 @@ PageCallback = Callable[[FinishedPage], None]
 
 
 @dataclass
-class _InFlight:
-    """A page whose regions are with the recognizer."""
+class LaidOutPage:
+    """A rendered page with its regions prepared: the work between layout and recognition."""
 
     source_index: int
     page: RenderedPage
     layout: str
     prepared: list[PreparedRegion]
-    futures: dict[int, Future[Recognition]]
     timings_ms: dict[str, float]
+
+    def region_output(self, index: int, recognition: Recognition | None = None) -> RegionOutput:
+        """Region `index` as output: final unless it needs the model, then with `recognition`'s content."""
+        return _region_output(self.page, self.prepared[index], recognition)
+
+
+@dataclass
+class _InFlight:
+    """A page whose regions are with the recognizer."""
+
+    laid_out: LaidOutPage
+    futures: dict[int, Future[Recognition]]
 
 
 def process_file(path: Path, recognizer: Recognizer, layout: LayoutBackend, options: ProcessOptions | None = None,
@@ -86,7 +97,7 @@ def process_document(data: bytes, name: str, recognizer: Recognizer, layout: Lay
     with document:
         pages = _run_pages(document, recognizer, layout, options, on_page)
     timings = {"ingest": (ingested - started) * 1000.0, "total": (time.perf_counter() - started) * 1000.0}
-    return DocumentOutput(name, _status(pages), sha256=document.sha256, media_type=document.media_type,
+    return DocumentOutput(name, document_status(pages), sha256=document.sha256, media_type=document.media_type,
                           size_bytes=document.size, pages=pages, model=model, timings_ms=timings)
 
 
@@ -133,6 +144,17 @@ def _run_pages(document: IngestedDocument, recognizer: Recognizer, layout: Layou
 def _start(source: SourcePage, recognizer: Recognizer, layout: LayoutBackend,
            options: ProcessOptions) -> _InFlight | FinishedPage:
     """Render, lay out and submit one page; a page that fails before recognition comes back finished."""
+    laid_out = lay_out(source, layout, options.regions)
+    if isinstance(laid_out, FinishedPage):
+        return laid_out
+    page = laid_out.page
+    futures = {i: recognizer.submit(RecognitionTask(crop(page, item.crop_box), item.task))
+               for i, item in enumerate(laid_out.prepared) if item.needs_model}
+    return _InFlight(laid_out, futures)
+
+
+def lay_out(source: SourcePage, layout: LayoutBackend, options: RegionOptions) -> LaidOutPage | FinishedPage:
+    """Render one page, find its regions and prepare them; a page that fails here comes back finished."""
     started = time.perf_counter()
     rendered = render_page_result(source)
     if rendered.page is None:
@@ -149,10 +171,8 @@ def _start(source: SourcePage, recognizer: Recognizer, layout: LayoutBackend,
         return _failed_page(source, page, layout.name, Problem("layout_failed", f"{type(exc).__name__}: {exc}"),
                             timings)
     timings["layout"] = (time.perf_counter() - started) * 1000.0 - timings["render"]
-    prepared = _prepare(source, page, regions, options.regions)
-    futures = {i: recognizer.submit(RecognitionTask(crop(page, item.crop_box), item.task))
-               for i, item in enumerate(prepared) if item.needs_model}
-    return _InFlight(source.index, page, _backend_name(layout, source), prepared, futures, timings)
+    prepared = _prepare(source, page, regions, options)
+    return LaidOutPage(source.index, page, _backend_name(layout, source), prepared, timings)
 
 
 def _backend_name(layout: LayoutBackend, source: SourcePage) -> str:
@@ -174,42 +194,52 @@ def _prepare(source: SourcePage, page: RenderedPage, regions: list[Region],
 
 def _finish(flight: _InFlight, page_count: int) -> FinishedPage:
     """Wait for a page's recognitions and build its output."""
-    page = flight.page
-    regions = [_region_output(page, item, flight.futures[i].result() if i in flight.futures else None)
-               for i, item in enumerate(flight.prepared)]
-    attempted = [region for region in regions if region.source == "model" or region.error is not None]
-    failures = [region.error for region in attempted if region.error is not None]
-    error = None
-    if attempted and len(failures) == len(attempted):
-        error = Problem("recognition_failed", f"no region of the page could be recognised; the first: "
-                                              f"{failures[0].code}: {failures[0].message}")
-    output = PageOutput(flight.source_index, "failed" if error else "succeeded", page.width_px, page.height_px,
-                        page.width_pt, page.height_pt, page.dpi, page.rotation, flight.layout, regions, error,
-                        flight.timings_ms)
+    laid_out = flight.laid_out
+    page = laid_out.page
+    regions = [laid_out.region_output(i, flight.futures[i].result() if i in flight.futures else None)
+               for i in range(len(laid_out.prepared))]
+    error = page_problem(regions)
+    output = PageOutput(laid_out.source_index, "failed" if error else "succeeded", page.width_px, page.height_px,
+                        page.width_pt, page.height_pt, page.dpi, page.rotation, laid_out.layout, regions, error,
+                        laid_out.timings_ms)
     return FinishedPage(output, page, page_count)
+
+
+def page_problem(regions: list[RegionOutput]) -> Problem | None:
+    """What fails a page: every region that went to the recognizer failed (pictures and text-layer text aside)."""
+    attempted = [region for region in regions if region.source in ("model", "cache") or region.error is not None]
+    failures = [region.error for region in attempted if region.error is not None]
+    if not attempted or len(failures) < len(attempted):
+        return None
+    return Problem("recognition_failed", f"no region of the page could be recognised; the first: "
+                                         f"{failures[0].code}: {failures[0].message}")
 
 
 def _region_output(page: RenderedPage, item: PreparedRegion, recognition: Recognition | None) -> RegionOutput:
     region = item.region
-    base = {"order": region.order, "label": region.label, "score": region.score, "bbox_px": region.bbox,
-            "bbox_pt": page.to_points(region.bbox), "task": item.task}
+    base = RegionOutput(region.order, region.label, region.score, region.bbox, page.to_points(region.bbox),
+                        item.task, "none")
     if item.task is None:
-        return RegionOutput(**base, source="none")
+        return base
     if item.crop_box is None:
-        return RegionOutput(**base, source="none",
-                            error=Problem("empty_region", f"box {region.bbox} lies outside the page or has no area"))
+        return replace(base, error=Problem("empty_region", f"box {region.bbox} lies outside the page or has no area"))
     if item.text is not None:
-        return RegionOutput(**base, source="text-layer", text=item.text)
+        return replace(base, source="text-layer", text=item.text)
+    return recognized_region(base, recognition)
+
+
+def recognized_region(base: RegionOutput, recognition: Recognition | None) -> RegionOutput:
+    """base (a region sent to the model, without content yet) with the recognition's content, or its error."""
     if recognition is None or recognition.error is not None:
         problem = Problem(recognition.error, recognition.message or recognition.error) if recognition \
             else Problem("recognition_failed", "the region was not recognised")
-        return RegionOutput(**base, source="none", error=problem)
-    content = postprocess(item.task, recognition.text, recognition.finish_reason)
-    return RegionOutput(**base, source="model", text=content.text, html=content.html, latex=content.latex,
-                        finish_reason=recognition.finish_reason, truncated=content.truncated,
-                        prompt_tokens=recognition.prompt_tokens, generated_tokens=recognition.generated_tokens,
-                        cached_tokens=recognition.cached_tokens, ttft_ms=recognition.ttft_ms,
-                        decode_ms=recognition.decode_ms)
+        return replace(base, source="none", error=problem)
+    content = postprocess(base.task or "ocr", recognition.text, recognition.finish_reason)
+    return replace(base, source="model", text=content.text, html=content.html, latex=content.latex,
+                   finish_reason=recognition.finish_reason, truncated=content.truncated,
+                   prompt_tokens=recognition.prompt_tokens, generated_tokens=recognition.generated_tokens,
+                   cached_tokens=recognition.cached_tokens, ttft_ms=recognition.ttft_ms,
+                   decode_ms=recognition.decode_ms)
 
 
 def _failed_page(source: SourcePage, page: RenderedPage, layout: str, problem: Problem,
@@ -219,7 +249,7 @@ def _failed_page(source: SourcePage, page: RenderedPage, layout: str, problem: P
     return FinishedPage(output, page, source.document.page_count)
 
 
-def _status(pages: list[PageOutput]) -> DocumentStatus:
+def document_status(pages: list[PageOutput]) -> DocumentStatus:
     """`succeeded` when every page did, `failed` when none did, else `partial`."""
     failed = sum(1 for page in pages if page.status == "failed")
     if failed == 0:

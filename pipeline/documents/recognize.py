@@ -8,6 +8,7 @@ a caller can put every region of many pages in flight together and let the engin
 
 from __future__ import annotations
 
+import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -29,6 +30,7 @@ class RecognitionTask:
 
     image: Image.Image
     task: str
+    tag: str | None = None  # names the engine request (with a unique suffix), so logs and tests can tell whose it is
 
 
 @dataclass(frozen=True)
@@ -78,8 +80,9 @@ class EngineRecognizer:
         self.cache_salt = cache_salt  # per-tenant prefix-cache salt (see DESIGN.md, engine invariant 1)
 
     def submit(self, task: RecognitionTask) -> Future[Recognition]:
+        request_id = f"{task.tag}-{uuid.uuid4().hex[:12]}" if task.tag else None
         request = Request(task_prompt(task.task), [task.image], max_tokens=self.max_tokens,
-                          cache_salt=self.cache_salt)
+                          cache_salt=self.cache_salt, request_id=request_id)
         result: Future[Recognition] = Future()
         try:
             pending = self.engine.submit(request)  # preprocesses here, in the caller's thread

@@ -43,6 +43,7 @@ class RegionOptions:
     text_layer_min_coverage: float = 0.9  # share of a region's ink the text layer's words must cover
     recognize_charts: bool = False
     recognize_seals: bool = False
+    tasks: frozenset[str] | None = None  # when set, a region whose task is not in it is kept as a picture
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,8 @@ def task_for(label: str, options: RegionOptions) -> str | None:
         return None
     task = _TASKS.get(label, "ocr")
     if task == "chart" and not options.recognize_charts or task == "seal" and not options.recognize_seals:
+        return None
+    if options.tasks is not None and task not in options.tasks:
         return None
     return task
 

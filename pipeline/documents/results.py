@@ -11,7 +11,8 @@ from typing import Literal
 from pipeline.documents.layout import BBox
 from pipeline.documents.render import DocumentStatus
 
-RegionSource = Literal["model", "text-layer", "none"]  # where a region's content came from ("none": a picture)
+# Where a region's content came from: "none" is a picture (or a failure), "cache" a crop recognised before.
+RegionSource = Literal["model", "text-layer", "cache", "none"]
 PageStatus = Literal["succeeded", "failed"]
 
 

@@ -6,6 +6,7 @@ at a time, so loading never holds a second full copy of the weights.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterator
@@ -53,6 +54,18 @@ def resolve_checkpoint(path_or_id: str | Path) -> Path:
         raise CheckpointError(
             f"{path_or_id}: not a local directory and could not be fetched from the hub ({exc}). {HOW_TO_GET_WEIGHTS}"
         ) from exc
+
+
+def checkpoint_revision(directory: Path) -> str:
+    """A digest of the checkpoint's config and weights: results cached under it are valid exactly as long as the
+    weights are the same, wherever they were copied to (a hub snapshot, a volume, another machine)."""
+    digest = hashlib.sha256()
+    for path in sorted({directory / "config.json", *weight_files(directory).values()}):
+        digest.update(path.name.encode() + b"\0")
+        with path.open("rb") as handle:
+            while chunk := handle.read(1 << 22):
+                digest.update(chunk)
+    return digest.hexdigest()
 
 
 def hub_key(key: str) -> str:
