@@ -1,0 +1,50 @@
+"""What the stages run with: settings, the database, the blob store, the dispatcher, and process-wide models.
+
+One Context per worker process (or per embedded service): the layout backends and the recognizer are loaded once
+and shared by every task the process runs, on all its threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from sqlalchemy import Engine
+
+from pipeline.config import Settings
+from pipeline.documents.layout import LayoutBackend, layout_backend
+from pipeline.documents.recognize import Recognizer
+from pipeline.jobs.dispatch import Dispatcher
+from pipeline.storage import BlobStore
+
+
+class RecognitionHost(Protocol):
+    """The process's resident recognizer; `revision` names the exact weights, for the region result cache."""
+
+    model: str
+
+    @property
+    def revision(self) -> str: ...
+
+    def recognizer(self, tenant: str) -> Recognizer:
+        """A recognizer whose prefix-cache entries are salted with the tenant, so tenants never share KV."""
+        ...
+
+
+@dataclass
+class Context:
+    settings: Settings
+    db: Engine
+    blobs: BlobStore
+    dispatcher: Dispatcher
+    recognition: RecognitionHost | None = None  # GPU workers only
+    _layouts: dict[str, LayoutBackend] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def layout(self, name: str) -> LayoutBackend:
+        """The layout backend called name, loaded on first use (a layout model is loaded once per process)."""
+        with self._lock:
+            if name not in self._layouts:
+                self._layouts[name] = layout_backend(name, self.settings.layout_model, self.settings.device)
+            return self._layouts[name]

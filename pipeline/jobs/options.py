@@ -1,0 +1,65 @@
+"""A document's processing options as a client gives them, and as the workers read them.
+
+Options are resolved against Settings when the document is accepted and stored resolved, so a queued document
+is processed the way it was asked for even if the service's defaults change meanwhile, and two uploads that
+differ only by spelling out a default count as the same request for deduplication.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pipeline.config import Settings
+from pipeline.documents.ingest import Limits
+from pipeline.documents.process import ProcessOptions
+from pipeline.documents.regions import RegionOptions
+
+Task = Literal["ocr", "table", "formula", "chart", "seal"]
+LayoutName = Literal["auto", "pp-doclayout", "pdf", "page"]
+
+
+class DocumentOptions(BaseModel):
+    """What a client may choose per document; None means "the service's default" until resolved."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    layout: LayoutName | None = None
+    dpi: int | None = Field(default=None, ge=18, le=600)
+    tasks: list[Task] | None = Field(default=None, min_length=1)  # region kinds to recognise; others are pictures
+    text_layer: Literal["auto", "off"] | None = None
+    password: str | None = Field(default=None, max_length=1024)  # kept until the document is finished
+    callback_url: str | None = Field(default=None, max_length=2048)
+
+    def resolved(self, settings: Settings) -> DocumentOptions:
+        """Every default filled in from settings; tasks sorted, so equal requests compare equal."""
+        tasks = self.tasks or default_tasks(settings)
+        return self.model_copy(update={
+            "layout": self.layout or settings.layout,
+            "dpi": self.dpi or settings.dpi,
+            "tasks": sorted(set(tasks)),
+            "text_layer": self.text_layer or settings.text_layer,
+        })
+
+    def process_options(self, settings: Settings) -> ProcessOptions:
+        """The pipeline's options for a resolved document."""
+        tasks = frozenset(self.tasks or default_tasks(settings))
+        regions = RegionOptions(settings.crop_margin_pt, self.text_layer or settings.text_layer,
+                                recognize_charts="chart" in tasks, recognize_seals="seal" in tasks, tasks=tasks)
+        limits = Limits(max_file_bytes=settings.max_upload_bytes, max_pages=settings.max_pages,
+                        dpi=self.dpi or settings.dpi)
+        return ProcessOptions(limits, regions, self.password, settings.pages_in_flight)
+
+    def dedup_key(self, tenant: str, sha256: str) -> str:
+        """Same tenant, same bytes and same (resolved) options → the same key; where results go is not part of it."""
+        request = self.model_dump(exclude={"callback_url"})
+        canonical = json.dumps([tenant, sha256, request], sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def default_tasks(settings: Settings) -> list[Task]:
+    tasks: list[Task] = ["ocr", "table", "formula"]
+    return tasks + (["chart"] if settings.recognize_charts else []) + (["seal"] if settings.recognize_seals else [])

@@ -1,0 +1,64 @@
+"""Between the pipeline's outputs (results.py) and the database rows that hold them while a document is worked on.
+
+The workers write each region as soon as it is known and finalize reads them all back, so the Markdown and JSON
+the service serves come from the same assemble code, over the same values, as `quire process` writes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.db.models import Document, Page, Region
+from pipeline.documents.results import DocumentOutput, PageOutput, Problem, RegionOutput
+
+
+def region_row(output: RegionOutput, page_id: int, index: int, crop_px: tuple[int, int, int, int] | None,
+               pending: bool = False) -> dict[str, Any]:
+    """Every column of one region (for upsert_regions); `pending` marks a region still waiting for the model, whose
+    output so far is only its place (any content or error in `output` is not kept)."""
+    if pending:
+        output = RegionOutput(output.order, output.label, output.score, output.bbox_px, output.bbox_pt, output.task,
+                              "none")
+    status = "pending" if pending else "failed" if output.error is not None else "succeeded"
+    return {
+        "page_id": page_id, "index": index, "reading_order": output.order, "label": output.label,
+        "score": output.score, "bbox_px": list(output.bbox_px), "bbox_pt": list(output.bbox_pt),
+        "crop_px": list(crop_px) if crop_px is not None else None, "task": output.task, "status": status,
+        "source": None if pending else output.source, "text": output.text, "html": output.html,
+        "latex": output.latex, "finish_reason": output.finish_reason, "truncated": output.truncated,
+        "prompt_tokens": output.prompt_tokens, "generated_tokens": output.generated_tokens,
+        "cached_tokens": output.cached_tokens, "ttft_ms": output.ttft_ms, "decode_ms": output.decode_ms,
+        "error_code": output.error.code if output.error else None,
+        "error_message": output.error.message if output.error else None,
+    }
+
+
+def region_output(row: Region) -> RegionOutput:
+    """A region row as the pipeline's output; a pending one reads as not (yet) recognised."""
+    return RegionOutput(
+        order=row.reading_order, label=row.label, score=row.score or 0.0, bbox_px=tuple(row.bbox_px),
+        bbox_pt=tuple(row.bbox_pt), task=row.task, source=row.source or "none", text=row.text, html=row.html,
+        latex=row.latex, finish_reason=row.finish_reason, truncated=row.truncated,
+        prompt_tokens=row.prompt_tokens or 0, generated_tokens=row.generated_tokens or 0,
+        cached_tokens=row.cached_tokens or 0, ttft_ms=row.ttft_ms, decode_ms=row.decode_ms,
+        error=_problem(row.error_code, row.error_message))
+
+
+def page_output(row: Page) -> PageOutput:
+    """A page row and its regions (in the layout's order, as the pipeline lists them) as the pipeline's output."""
+    regions = [region_output(region) for region in row.regions]
+    status = "failed" if row.status == "failed" else "succeeded"
+    return PageOutput(row.index, status, row.width_px, row.height_px, row.width_pt, row.height_pt, row.dpi,
+                      row.rotation, row.layout, regions, _problem(row.error_code, row.error_message),
+                      dict(row.timings or {}))
+
+
+def document_output(row: Document, status: str) -> DocumentOutput:
+    """A document row with all its pages, under the final `status` that finalize decided."""
+    return DocumentOutput(row.filename, status, row.sha256, row.media_type, row.size_bytes,  # type: ignore[arg-type]
+                          [page_output(page) for page in row.pages], _problem(row.error_code, row.error_message),
+                          row.model, dict(row.timings or {}))
+
+
+def _problem(code: str | None, message: str | None) -> Problem | None:
+    return None if code is None else Problem(code, message or code)

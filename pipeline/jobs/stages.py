@@ -1,0 +1,303 @@
+"""The four stages of a document in the service: ingest → prepare (per page) → recognize (per page) → finalize.
+
+Every stage may run twice (tasks ack late and are re-delivered when a worker dies) and concurrently with its
+siblings, so each one reads its state from the database first and does only what is still to do: a page that
+is past a stage is passed on, not redone, and results are upserts keyed by (page, region index). Work happens
+outside transactions; each transaction is short, and the next stage is sent only after it has committed.
+
+A page reaches its final state in `_finish_page`, whose conditional update succeeds once per page; that
+transaction also counts the page on its document, so exactly one page — the last — sends finalize, however the
+pages interleave across workers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import replace
+from typing import Any
+
+from PIL import Image
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session, selectinload
+
+from pipeline.db.models import Document, Page, Region, utcnow
+from pipeline.db.session import session_scope
+from pipeline.db.upserts import CropKey, insert_pages, recall_recognition, remember_recognition, upsert_regions
+from pipeline.documents.assemble import document_json, document_markdown
+from pipeline.documents.errors import DocumentError
+from pipeline.documents.ingest import SourcePage, ingest, sniff
+from pipeline.documents.layout_weights import LayoutModelUnavailable
+from pipeline.documents.process import (
+    FinishedPage,
+    LaidOutPage,
+    ProcessOptions,
+    document_status,
+    lay_out,
+    page_problem,
+    recognized_region,
+)
+from pipeline.documents.recognize import Recognition, RecognitionTask
+from pipeline.documents.results import PageOutput, Problem, RegionOutput
+from pipeline.jobs.context import Context
+from pipeline.jobs.dispatch import Stage
+from pipeline.jobs.options import DocumentOptions
+from pipeline.jobs.rows import document_output, page_output, region_output, region_row
+
+FINAL_DOCUMENT = ("succeeded", "partial", "failed", "canceled")
+OPEN_PAGE = ("queued", "processing")
+
+
+def ingest_document(ctx: Context, document_id: str) -> None:
+    """Open the upload, count its pages, add a row per page and send each page on; bad input fails the document."""
+    with session_scope(ctx.db) as session:
+        document = session.get(Document, document_id)
+        if document is None or document.status in FINAL_DOCUMENT:
+            return
+        if document.status == "queued":
+            document.status, document.started_at = "processing", utcnow()
+        sha256, options = document.sha256, _options(ctx, document)
+    started = time.perf_counter()
+    data = ctx.blobs.get(sha256)
+    try:
+        with ingest(data, options.limits, options.password) as opened:
+            page_count, media_type = opened.page_count, opened.media_type
+    except DocumentError as exc:
+        _fail_document(ctx, document_id, sniff(data), Problem(exc.code, exc.message))
+        return
+    with session_scope(ctx.db) as session:
+        document = session.get_one(Document, document_id)
+        document.page_count, document.media_type = page_count, media_type
+        document.timings = {**document.timings, "ingest": (time.perf_counter() - started) * 1000.0}
+        insert_pages(session, document_id, page_count)
+    _send_open_pages(ctx, document_id)
+
+
+def prepare_page(ctx: Context, page_id: int) -> None:
+    """Render and lay out one page, store its image and one row per region; regions for the model go on to recognize."""
+    with session_scope(ctx.db) as session:
+        page = session.get(Page, page_id)
+        if page is None or page.document.status == "canceled":
+            return
+        state, index, document = page.status, page.index, page.document
+        sha256, options = document.sha256, _options(ctx, document)
+    if state != "queued":
+        _pass_on(ctx, page_id, state, document.id)
+        return
+    laid_out = _lay_out(ctx, sha256, index, options, document.options["layout"])
+    if isinstance(laid_out, FinishedPage):
+        _finish_failed_page(ctx, page_id, laid_out.output)
+        return
+    image_key = ctx.blobs.put(_png(laid_out.page.image))
+    outputs = [laid_out.region_output(i) for i in range(len(laid_out.prepared))]
+    rows = [region_row(output, page_id, i, item.crop_box, pending=item.needs_model)
+            for i, (item, output) in enumerate(zip(laid_out.prepared, outputs, strict=True))]
+    pending = any(item.needs_model for item in laid_out.prepared)
+    with session_scope(ctx.db) as session:
+        upsert_regions(session, rows)
+        page = session.get_one(Page, page_id)
+        _describe(page, laid_out, image_key)
+        page.status = "processing"
+        complete = False if pending else _finish_page(session, page_id, page_problem(outputs))
+    if pending:
+        ctx.dispatcher.send("recognize", page_id)
+    elif complete:
+        ctx.dispatcher.send("finalize", document.id)
+
+
+def recognize_page(ctx: Context, page_id: int) -> None:
+    """Recognise every pending region of one page at once (so they batch with other pages' regions) and store them."""
+    if ctx.recognition is None:
+        raise RuntimeError("recognize runs on a GPU worker: this process has no recognizer")
+    with session_scope(ctx.db) as session:
+        page = session.get(Page, page_id)
+        if page is None or page.document.status == "canceled":
+            return
+        state, document_id, tenant, image_key = page.status, page.document_id, page.document.tenant, page.image_key
+        pending = [region for region in page.regions if region.status == "pending"]
+    if state != "processing":
+        _pass_on(ctx, page_id, state, document_id)
+        return
+    image = _image(ctx, image_key)
+    crops = [image.crop(tuple(region.crop_px)) for region in pending]
+    keys = [_crop_key(ctx, tenant, region, crop) for region, crop in zip(pending, crops, strict=True)]
+    outputs = _recognize(ctx, tenant, crops, keys, pending)
+    rows = [{**region_row(output, page_id, region.index, region.crop_px), "attempts": region.attempts + 1}
+            for region, output in zip(pending, outputs, strict=True)]
+    with session_scope(ctx.db) as session:
+        upsert_regions(session, rows)
+        for key, output in zip(keys, outputs, strict=True):
+            if output.source == "model":
+                remember_recognition(session, key, text=output.text, html=output.html, latex=output.latex,
+                                     finish_reason=output.finish_reason, truncated=output.truncated)
+        session.get_one(Document, document_id).model = ctx.recognition.model
+        session.flush()
+        regions = [region_output(region) for region in session.get_one(Page, page_id).regions]
+        complete = _finish_page(session, page_id, page_problem(regions))
+    if complete:
+        ctx.dispatcher.send("finalize", document_id)
+
+
+def finalize_document(ctx: Context, document_id: str) -> None:
+    """Assemble the Markdown and JSON from the rows, store them, and set the document's final status once."""
+    with session_scope(ctx.db) as session:
+        document = session.scalars(select(Document).where(Document.id == document_id).options(
+            selectinload(Document.pages).selectinload(Page.regions))).one_or_none()
+        if document is None or document.status != "processing" or document.pages_done < (document.page_count or 0):
+            return
+        pages = [page_output(page) for page in document.pages]
+        status = "failed" if document.error_code else document_status(pages)
+        finished = utcnow()
+        document.timings = {**document.timings, "total": (finished - document.created_at).total_seconds() * 1000.0}
+        output = document_output(document, status)
+    result_key = ctx.blobs.put(_json_bytes(document_json(output)))
+    markdown_key = ctx.blobs.put(document_markdown(output).encode())
+    with session_scope(ctx.db) as session:
+        options = {key: value for key, value in document.options.items() if key != "password"}
+        session.execute(update(Document).where(Document.id == document_id, Document.status == "processing").values(
+            status=status, result_key=result_key, markdown_key=markdown_key, finished_at=finished,
+            timings=document.timings, options=options, updated_at=finished))
+
+
+def _options(ctx: Context, document: Document) -> ProcessOptions:
+    return DocumentOptions(**document.options).process_options(ctx.settings)
+
+
+def _send_open_pages(ctx: Context, document_id: str) -> None:
+    """prepare every page not yet finished (prepare passes a page that is further along to its next stage)."""
+    with session_scope(ctx.db) as session:
+        open_pages = session.scalars(select(Page.id).where(Page.document_id == document_id,
+                                                           Page.status.in_(OPEN_PAGE)).order_by(Page.index)).all()
+        document = session.get_one(Document, document_id)
+        complete = document.pages_done >= (document.page_count or 0)
+    for page_id in open_pages:
+        ctx.dispatcher.send("prepare", page_id)
+    if not open_pages and complete:  # a re-delivered ingest after every page finished
+        ctx.dispatcher.send("finalize", document_id)
+
+
+def _pass_on(ctx: Context, page_id: int, state: str, document_id: str) -> None:
+    """A re-delivered task for a page that has moved on: send the page's next stage again, which is idempotent."""
+    if state == "processing":
+        ctx.dispatcher.send("recognize", page_id)
+    elif state not in OPEN_PAGE:
+        ctx.dispatcher.send("finalize", document_id)  # finalize returns at once unless every page is done
+
+
+def _lay_out(ctx: Context, sha256: str, index: int, options: ProcessOptions, layout: str) -> LaidOutPage | FinishedPage:
+    """lay_out on page `index`, reopening the upload (each page task may run on another machine)."""
+    try:
+        backend = ctx.layout(layout)
+        with ingest(ctx.blobs.get(sha256), options.limits, options.password) as opened:
+            return lay_out(SourcePage(opened, index), backend, options.regions)
+    except DocumentError as exc:
+        return _failed(index, Problem(exc.code, exc.message))
+    except LayoutModelUnavailable as exc:
+        return _failed(index, Problem("layout_model_unavailable", str(exc)))
+
+
+def _failed(index: int, problem: Problem) -> FinishedPage:
+    return FinishedPage(PageOutput(index, "failed", error=problem), None, 0)
+
+
+def _describe(page: Page, laid_out: LaidOutPage, image_key: str) -> None:
+    rendered = laid_out.page
+    page.width_px, page.height_px, page.dpi, page.rotation = (rendered.width_px, rendered.height_px, rendered.dpi,
+                                                              rendered.rotation)
+    page.width_pt, page.height_pt = rendered.width_pt, rendered.height_pt
+    page.image_key, page.layout, page.timings = image_key, laid_out.layout, laid_out.timings_ms
+
+
+def _finish_failed_page(ctx: Context, page_id: int, output: PageOutput) -> None:
+    with session_scope(ctx.db) as session:
+        page = session.get_one(Page, page_id)
+        page.layout, page.timings = output.layout, output.timings_ms
+        page.width_px, page.height_px, page.dpi = output.width_px, output.height_px, output.dpi
+        page.width_pt, page.height_pt, page.rotation = output.width_pt, output.height_pt, output.rotation
+        document_id = page.document_id
+        complete = _finish_page(session, page_id, output.error)
+    if complete:
+        ctx.dispatcher.send("finalize", document_id)
+
+
+def _finish_page(session: Session, page_id: int, problem: Problem | None) -> bool:
+    """Move an open page to its final state and count it; True when it was the document's last page."""
+    moved = session.execute(update(Page).where(Page.id == page_id, Page.status.in_(OPEN_PAGE)).values(
+        status="failed" if problem else "succeeded", error_code=problem.code if problem else None,
+        error_message=problem.message if problem else None, updated_at=utcnow()))
+    if moved.rowcount != 1:  # finished by an earlier delivery of this task
+        return False
+    document_id = session.scalars(select(Page.document_id).where(Page.id == page_id)).one()
+    done, total = session.execute(update(Document).where(Document.id == document_id)
+                                  .values(pages_done=Document.pages_done + 1)
+                                  .returning(Document.pages_done, Document.page_count)).one()
+    return done >= (total or 0)
+
+
+def _fail_document(ctx: Context, document_id: str, media_type: str | None, problem: Problem) -> None:
+    with session_scope(ctx.db) as session:
+        document = session.get_one(Document, document_id)
+        document.error_code, document.error_message = problem.code, problem.message
+        document.media_type, document.page_count = media_type, 0
+    ctx.dispatcher.send("finalize", document_id)
+
+
+def _recognize(ctx: Context, tenant: str, crops: list[Image.Image], keys: list[CropKey],
+               regions: list[Region]) -> list[RegionOutput]:
+    """Each region's output: from the result cache when this tenant's crop was seen, else from the recognizer.
+
+    Every miss is submitted before any is waited for, so the page's regions are in the engine together.
+    """
+    assert ctx.recognition is not None
+    recognizer = ctx.recognition.recognizer(tenant)
+    with session_scope(ctx.db) as session:
+        cached = [recall_recognition(session, key) for key in keys]
+    futures: dict[int, Future[Recognition]] = {
+        i: recognizer.submit(RecognitionTask(crop, region.task or "ocr", f"page{region.page_id}-region{region.index}"))
+        for i, (region, crop, hit) in enumerate(zip(regions, crops, cached, strict=True)) if hit is None}
+    outputs = []
+    for i, (region, hit) in enumerate(zip(regions, cached, strict=True)):
+        base = region_output(region)
+        if hit is None:
+            outputs.append(recognized_region(base, futures[i].result()))
+        else:
+            outputs.append(replace(base, source="cache", text=hit.text, html=hit.html, latex=hit.latex,
+                                   finish_reason=hit.finish_reason, truncated=hit.truncated))
+    return outputs
+
+
+def _crop_key(ctx: Context, tenant: str, region: Region, crop: Image.Image) -> CropKey:
+    assert ctx.recognition is not None
+    digest = hashlib.sha256(f"{crop.mode}:{crop.width}x{crop.height}:".encode())
+    digest.update(crop.tobytes())
+    return CropKey(tenant, ctx.recognition.revision, region.task or "ocr", digest.hexdigest())
+
+
+def _png(image: Image.Image) -> bytes:
+    """The page image, lossless (the crops the GPU worker cuts must be the pixels layout saw); fast compression."""
+    buffer = io.BytesIO()
+    image.save(buffer, "PNG", compress_level=1)
+    return buffer.getvalue()
+
+
+def _image(ctx: Context, key: str | None) -> Image.Image:
+    if key is None:
+        raise RuntimeError("a page in `processing` has no image: prepare did not finish it")
+    with ctx.blobs.open(key) as blob:
+        image = Image.open(blob)
+        image.load()
+    return image.convert("RGB")
+
+
+def _json_bytes(value: dict[str, Any]) -> bytes:
+    return json.dumps(value, ensure_ascii=False, indent=2).encode()
+
+
+
+
+STAGES: dict[Stage, Callable[[Context, Any], None]] = {
+    "ingest": ingest_document, "prepare": prepare_page, "recognize": recognize_page, "finalize": finalize_document}

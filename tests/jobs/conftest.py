@@ -1,0 +1,72 @@
+"""An embedded service for the stage tests: SQLite and blobs in a temp directory, the real tiny engine, two CPU and
+two GPU threads. The engine is loaded once per session and shared (as a worker process shares it)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import Settings
+from pipeline.db.migrate import upgrade_to_head
+from pipeline.db.models import Document
+from pipeline.db.session import create_db_engine, session_scope
+from pipeline.jobs.options import DocumentOptions
+from pipeline.storage import LocalBlobStore
+from workers.embedded import EmbeddedWorkers
+from workers.engine_host import EngineHost
+
+FINAL = ("succeeded", "partial", "failed", "canceled")
+
+
+def service_settings(cache_dir: Path, model: Path) -> Settings:
+    """Fast settings: model-free `pdf` layout, low DPI, no text layer (so every text region goes to the model)."""
+    return Settings(model=str(model), cache_dir=cache_dir, max_tokens=4, dpi=40, layout="pdf", text_layer="off")
+
+
+@pytest.fixture(scope="session")
+def engine_host(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineHost]:
+    host = EngineHost(service_settings(tmp_path_factory.mktemp("host"), tiny_checkpoint))
+    yield host
+    host.close()
+
+
+@pytest.fixture
+def service(tmp_path: Path, tiny_checkpoint: Path, engine_host: EngineHost) -> Iterator[EmbeddedWorkers]:
+    settings = service_settings(tmp_path, tiny_checkpoint)
+    upgrade_to_head(settings.database_url)
+    db = create_db_engine(settings.database_url)
+    workers = EmbeddedWorkers(settings, db, LocalBlobStore(settings.blob_dir), engine_host, 2, 2)
+    yield workers
+    workers.close()
+    db.dispose()
+
+
+def accept(workers: EmbeddedWorkers, data: bytes, name: str, tenant: str = "acme", send: bool = True,
+           **options: object) -> str:
+    """What the API does with an upload: the blob, then the row, then ingest."""
+    ctx = workers.context
+    key = ctx.blobs.put(data)
+    resolved = DocumentOptions(**options).resolved(ctx.settings)
+    with session_scope(ctx.db) as session:
+        document = Document(tenant=tenant, filename=name, sha256=key, size_bytes=len(data),
+                            options=resolved.model_dump())
+        session.add(document)
+        session.flush()
+        document_id = document.id
+    if send:
+        workers.send("ingest", document_id)
+    return document_id
+
+
+def wait_until_final(workers: EmbeddedWorkers, document_id: str, timeout_s: float = 60.0) -> Document:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with session_scope(workers.context.db) as session:
+            document = session.get_one(Document, document_id)
+            if document.status in FINAL:
+                return document
+        time.sleep(0.05)
+    raise AssertionError(f"document {document_id} still {document.status} after {timeout_s} s")

@@ -1,0 +1,136 @@
+"""The service's stages, run by the embedded workers on the real tiny engine: a document goes ingest → prepare →
+recognize → finalize, its result equals the library pipeline's, bad input ends as codes, and every stage may run
+again without changing anything."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import jsonschema
+from sqlalchemy import func, select
+
+from pipeline.db.models import Document, Page, RecognitionCache, Region
+from pipeline.db.session import session_scope
+from pipeline.documents.assemble import load_schema
+from pipeline.engine.scheduler import Step
+from pipeline.jobs.stages import STAGES
+from tests.documents.samples import ENCRYPTED, ENCRYPTED_PASSWORD
+from tests.jobs.conftest import accept, wait_until_final
+from tests.jobs.expected import CORPUS, comparable, pdf_with_an_unrenderable_page, processed
+from workers.embedded import EmbeddedWorkers
+
+FOUR_PAGES = (CORPUS / "pdflatex-4-pages.pdf").read_bytes()
+
+
+def result_of(workers: EmbeddedWorkers, document: Document) -> tuple[dict, str]:
+    blobs = workers.context.blobs
+    return json.loads(blobs.get(document.result_key)), blobs.get(document.markdown_key).decode()
+
+
+def test_a_pdf_goes_through_every_stage_and_its_result_is_what_quire_process_gives(service, engine_host):
+    document = wait_until_final(service, accept(service, FOUR_PAGES, "four.pdf"))
+    result, markdown = result_of(service, document)
+    assert (document.status, document.page_count, document.pages_done) == ("succeeded", 4, 4)
+    jsonschema.validate(result, load_schema())
+    expected, expected_markdown = processed(FOUR_PAGES, "four.pdf", service.context.settings, engine_host.engine)
+    assert comparable(result) == comparable(expected)
+    assert markdown == expected_markdown
+    with session_scope(service.context.db) as session:
+        pages = session.scalars(select(Page).where(Page.document_id == document.id)).all()
+        assert all(page.status == "succeeded" and service.context.blobs.exists(page.image_key) for page in pages)
+        regions = session.scalars(select(Region).join(Page).where(Page.document_id == document.id)).all()
+        assert {(region.status, region.source, region.attempts) for region in regions} == {("succeeded", "model", 1)}
+        assert "password" not in session.get_one(Document, document.id).options
+
+
+def test_an_encrypted_pdf_fails_with_encrypted_and_opens_with_its_password(service):
+    data = (CORPUS / ENCRYPTED).read_bytes()
+    locked = wait_until_final(service, accept(service, data, "locked.pdf"))
+    assert (locked.status, locked.error_code, locked.page_count) == ("failed", "encrypted", 0)
+    result, _ = result_of(service, locked)
+    assert (result["status"], result["error"]["code"], result["pages"]) == ("failed", "encrypted", [])
+    opened = wait_until_final(service, accept(service, data, "opened.pdf", password=ENCRYPTED_PASSWORD))
+    assert opened.status == "succeeded"
+
+
+def test_a_page_that_cannot_be_rendered_fails_alone_and_the_document_is_partial(service):
+    document = wait_until_final(service, accept(service, pdf_with_an_unrenderable_page(), "bomb.pdf"))
+    result, markdown = result_of(service, document)
+    assert document.status == "partial"
+    assert [(page["status"], (page["error"] or {}).get("code")) for page in result["pages"]] == [
+        ("succeeded", None), ("failed", "page_too_large")]
+    assert "<!-- page 2 failed: page_too_large -->" in markdown
+
+
+def test_every_stage_run_again_changes_nothing(service):
+    """Re-delivery: each stage, sent again after the document finished, leaves the rows and result as they were."""
+    document = wait_until_final(service, accept(service, FOUR_PAGES, "four.pdf"))
+    ctx = service.context
+    before = snapshot(service, document.id)
+    with session_scope(ctx.db) as session:
+        page_ids = session.scalars(select(Page.id).where(Page.document_id == document.id)).all()
+    STAGES["ingest"](ctx, document.id)
+    for page_id in page_ids:
+        STAGES["prepare"](ctx, page_id)
+        STAGES["recognize"](ctx, page_id)
+    STAGES["finalize"](ctx, document.id)
+    time.sleep(0.5)  # whatever those sent on runs on the pools
+    assert snapshot(service, document.id) == before
+
+
+def test_a_crop_seen_before_by_the_same_tenant_comes_from_the_result_cache(service):
+    first = wait_until_final(service, accept(service, FOUR_PAGES, "four.pdf"))
+    again = wait_until_final(service, accept(service, FOUR_PAGES, "again.pdf", dpi=40, layout="pdf"))
+    other = wait_until_final(service, accept(service, FOUR_PAGES, "four.pdf", tenant="globex"))
+    sources = {name: {region["source"] for page in result_of(service, doc)[0]["pages"] for region in page["regions"]}
+               for name, doc in (("first", first), ("again", again), ("other", other))}
+    assert sources == {"first": {"model"}, "again": {"cache"}, "other": {"model"}}
+    texts = [[region["text"] for page in result_of(service, doc)[0]["pages"] for region in page["regions"]]
+             for doc in (first, again)]
+    assert texts[0] == texts[1]
+    with session_scope(service.context.db) as session:
+        assert session.scalar(select(func.count()).select_from(RecognitionCache)) == 2 * 8  # 8 crops, two tenants
+
+
+def test_regions_of_two_pages_are_in_one_engine_step(service, engine_host):
+    """Two GPU threads each recognise a page; the engine steps hold regions of both (continuous batching).
+
+    The engine is held back until both pages' regions are queued, so the assertion is about the batching, not
+    about which thread happened to be first; without two threads feeding one engine it never happens.
+    """
+    engine = engine_host.engine
+    steps: list[set[str]] = []
+    schedule, run = engine.scheduler.schedule, engine.runner.run
+    opened = threading.Event()
+
+    def held_schedule():
+        if not opened.is_set():
+            if len({request_id.split("-")[0] for request_id in engine.sequences}) < 2:
+                time.sleep(0.001)
+                return Step([])
+            opened.set()
+        return schedule()
+
+    def recorded_run(step):
+        steps.append({seq.request_id.split("-")[0] for seq, _ in step.items})
+        return run(step)
+
+    engine.scheduler.schedule, engine.runner.run = held_schedule, recorded_run
+    try:
+        document = wait_until_final(service, accept(service, FOUR_PAGES, "four.pdf"))
+    finally:
+        del engine.scheduler.schedule, engine.runner.run
+    assert document.status == "succeeded"
+    assert max(len(pages) for pages in steps) >= 2, steps
+
+
+def snapshot(workers: EmbeddedWorkers, document_id: str) -> tuple:
+    with session_scope(workers.context.db) as session:
+        document = session.get_one(Document, document_id)
+        rows = session.execute(select(Region.page_id, Region.index, Region.status, Region.source, Region.text,
+                                      Region.attempts).join(Page).where(Page.document_id == document_id)
+                               .order_by(Region.page_id, Region.index)).all()
+        return (document.status, document.pages_done, document.result_key, document.markdown_key,
+                [tuple(row) for row in rows])

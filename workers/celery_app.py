@@ -1,0 +1,49 @@
+"""The Celery app of the distributed mode, configured from Settings.
+
+Tasks ack late and are rejected back to the broker when their worker process dies, so a killed worker's task runs
+again elsewhere (the stages are idempotent); a worker takes one task at a time per slot, so a long page does not
+hold others hostage behind it in a prefetch buffer. No result backend: the database is where results live.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from pipeline.config import Settings, get_settings
+from pipeline.jobs.dispatch import QUEUES, Stage
+
+VISIBILITY_TIMEOUT_S = 3600  # a task unacknowledged this long (its worker vanished) is delivered again
+
+
+def task_name(stage: Stage) -> str:
+    return f"quire.{stage}"
+
+
+def create_celery(settings: Settings) -> Celery:
+    app = Celery("quire", broker=settings.broker_url or "redis://127.0.0.1:6379/0", include=["workers.tasks"])
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_acks_on_failure_or_timeout=True,
+        worker_prefetch_multiplier=1,
+        task_ignore_result=True,
+        task_default_queue="cpu",
+        task_routes={task_name(stage): {"queue": queue} for stage, queue in QUEUES.items()},
+        broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT_S},
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+    )
+    return app
+
+
+class CeleryDispatcher:
+    """A Dispatcher that sends each stage as a Celery task to its queue."""
+
+    def __init__(self, app: Celery) -> None:
+        self.app = app
+
+    def send(self, stage: Stage, key: str | int) -> None:
+        self.app.send_task(task_name(stage), args=[key], queue=QUEUES[stage])
+
+
+app = create_celery(get_settings())

@@ -1,0 +1,47 @@
+"""The resident engine of a GPU worker process: loaded once, on the first region, and shared by all its threads.
+
+Every recognize task of the process submits its page's regions to this one engine, so regions of as many pages
+as the worker has threads are in flight together and batch in the same engine steps.
+"""
+
+from __future__ import annotations
+
+import threading
+from functools import cached_property
+
+from pipeline.config import Settings
+from pipeline.documents.recognize import EngineRecognizer, Recognizer
+from pipeline.engine.engine import Engine
+from pipeline.engine.model.loader import checkpoint_revision, resolve_checkpoint
+
+
+class EngineHost:
+    """A RecognitionHost (pipeline.jobs.context) on an in-process Engine."""
+
+    def __init__(self, settings: Settings, max_num_seqs: int = 32) -> None:
+        self.settings = settings
+        self.model = settings.model
+        self.max_num_seqs = max_num_seqs
+        self._engine: Engine | None = None
+        self._lock = threading.Lock()
+
+    @cached_property
+    def revision(self) -> str:
+        return checkpoint_revision(resolve_checkpoint(self.model))
+
+    @property
+    def engine(self) -> Engine:
+        with self._lock:
+            if self._engine is None:
+                self._engine = Engine.from_pretrained(self.model, device=self.settings.device,
+                                                      dtype=self.settings.dtype, max_num_seqs=self.max_num_seqs)
+            return self._engine
+
+    def recognizer(self, tenant: str) -> Recognizer:
+        return EngineRecognizer(self.engine, self.settings.max_tokens, cache_salt=tenant)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._engine is not None:
+                self._engine.close()
+                self._engine = None
