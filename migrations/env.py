@@ -12,13 +12,14 @@ from typing import Any
 
 from alembic import context
 from alembic.autogenerate.api import AutogenContext
-from sqlalchemy import Connection
+from sqlalchemy import Connection, text
 
 from pipeline.config import get_settings
 from pipeline.db.models import Base, UTCDateTime
 from pipeline.db.session import create_db_engine
 
 config = context.config
+MIGRATION_LOCK = 0x5175697265  # "Quire": the advisory lock that serialises concurrent `upgrade head` runs
 if config.config_file_name is not None:  # run as `alembic ...` with alembic.ini: its logging says what ran
     fileConfig(config.config_file_name, disable_existing_loggers=False)
 
@@ -40,6 +41,8 @@ def run_on(connection: Connection) -> None:
     context.configure(connection=connection, target_metadata=Base.metadata, compare_type=True,
                       render_item=render_item, render_as_batch=connection.dialect.name == "sqlite")
     with context.begin_transaction():
+        if connection.dialect.name == "postgresql":  # API and workers start together: one migrates, the rest wait
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
         context.run_migrations()
 
 

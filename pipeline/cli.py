@@ -41,9 +41,10 @@ def main(argv: list[str] | None = None) -> int:
                        help="weights and KV cache dtype (default: QUIRE_DTYPE)")
     serve.add_argument("--device", default=None, help="torch device such as cpu or cuda (default: QUIRE_DEVICE)")
     commands.add_parser("migrate", help="create or upgrade the database (QUIRE_DATABASE_URL) to the newest schema")
+    _add_service_parsers(commands)
     args = parser.parse_args(argv)
     commands = {"demo": _demo, "recognize": _recognize, "engine": _serve_engine, "process": _process,
-                "migrate": _migrate}
+                "migrate": _migrate, "serve": _serve, "worker": _worker}
     return commands[args.command](args)
 
 
@@ -189,6 +190,79 @@ class _Progress:
         end = "\r" if self.tty else ""
         print(f"{end}{self.label}: {self.pages} pages, {outcome}, {time.perf_counter() - self.started:.1f}s"
               + " " * 8, file=sys.stderr)
+
+
+def _add_service_parsers(commands: argparse._SubParsersAction) -> None:
+    serve = commands.add_parser(
+        "serve", help="the REST API; without QUIRE_BROKER_URL the workers run inside it (the embedded mode)",
+        description="Upgrades the database, then serves /v1/documents. Embedded mode (no QUIRE_BROKER_URL): SQLite "
+                    "and local blobs under QUIRE_CACHE_DIR unless configured, the engine and the workers in this "
+                    "process. Distributed mode: only the API; run `quire worker` processes beside it.")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8080)
+    worker = commands.add_parser("worker", help="a Celery worker of the distributed mode (needs QUIRE_BROKER_URL)")
+    worker.add_argument("--queues", default="cpu,gpu", help="cpu, gpu or both (default: cpu,gpu)")
+    worker.add_argument("--concurrency", type=int, default=None,
+                        help="tasks at once (default: the CPU count for cpu; QUIRE_GPU_THREADS for gpu)")
+    worker.add_argument("--loglevel", default="INFO")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    """`quire serve`: the API, with in-process workers and a resident engine unless a broker is configured."""
+    import uvicorn
+    from api.app import create_app
+
+    from .db.migrate import upgrade_to_head
+    from .db.session import get_engine
+    from .storage import LocalBlobStore
+
+    settings = get_settings()
+    upgrade_to_head(settings.database_url)
+    db, blobs = get_engine(settings.database_url), LocalBlobStore(settings.blob_dir)
+    if settings.broker_url:
+        from workers.celery_app import CeleryDispatcher, app
+
+        uvicorn.run(create_app(settings, CeleryDispatcher(app)), host=args.host, port=args.port)
+        return 0
+    from workers.embedded import EmbeddedWorkers
+    from workers.engine_host import EngineHost
+
+    from .engine.model.loader import CheckpointError
+
+    host = EngineHost(settings)
+    try:
+        host.engine  # noqa: B018 - load now, so a missing model is said at start, not on the first page
+    except CheckpointError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    workers = EmbeddedWorkers(settings, db, blobs, host, settings.cpu_threads, settings.gpu_threads)
+    try:
+        workers.resume()
+        uvicorn.run(create_app(settings, workers), host=args.host, port=args.port)
+    finally:
+        workers.close()
+        host.close()
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    """`quire worker`: Celery on the given queues; threads when it serves gpu, so its tasks share one engine."""
+    settings = get_settings()
+    if not settings.broker_url:
+        print("error: QUIRE_BROKER_URL is not set; `quire serve` alone runs the embedded mode", file=sys.stderr)
+        return 2
+    from .db.migrate import upgrade_to_head
+
+    upgrade_to_head(settings.database_url)
+    from workers.celery_app import app
+
+    queues = [queue.strip() for queue in args.queues.split(",") if queue.strip()]
+    pool = "threads" if "gpu" in queues else "prefork"
+    concurrency = args.concurrency or (settings.gpu_threads if "gpu" in queues else None)
+    argv = ["worker", "--queues", ",".join(queues), "--pool", pool, "--loglevel", args.loglevel,
+            "--hostname", f"quire-{'-'.join(queues)}@%h"]
+    app.worker_main(argv + (["--concurrency", str(concurrency)] if concurrency else []))
+    return 0
 
 
 def _migrate(args: argparse.Namespace) -> int:
