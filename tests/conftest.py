@@ -1,13 +1,26 @@
-"""Session-wide tiny checkpoints (engine and layout): generated once per test session into a temp directory."""
+"""Session-wide resources: tiny checkpoints (engine and layout) written once into a temp directory, a scratch
+database on the real Postgres, and one resident engine host on the tiny checkpoint.
+
+Postgres is the one at 127.0.0.1:5432 (trust auth, user postgres) that `.ci/run` starts; the session creates a
+uniquely named database through the `postgres` maintenance database and drops it at the end, so runs never see
+each other's tables."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.exc import OperationalError
 
 from pipeline.documents.tiny_layout import TinyLayoutSpec, write_tiny_layout_checkpoint
 from pipeline.engine.tiny_checkpoint import TinySpec, write_tiny_checkpoint
+from tests.jobs.expected import service_settings
+from workers.engine_host import EngineHost
+
+POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432"
 
 
 def _written_once(tmp_path_factory: pytest.TempPathFactory, write, default, folder: str):
@@ -37,3 +50,29 @@ def tiny_checkpoint(checkpoint_factory) -> Path:
 def layout_checkpoint_factory(tmp_path_factory: pytest.TempPathFactory):
     """Tiny PP-DocLayout checkpoints (V2 by default), written once per spec per session."""
     return _written_once(tmp_path_factory, write_tiny_layout_checkpoint, TinyLayoutSpec(), "layout")
+
+
+@pytest.fixture(scope="session")
+def postgres_scratch() -> Iterator[str]:
+    """The URL of a database created for this test session on the local Postgres, dropped afterwards."""
+    maintenance = create_engine(f"{POSTGRES}/postgres", isolation_level="AUTOCOMMIT")
+    name = f"quire_test_{uuid.uuid4().hex[:12]}"
+    try:
+        with maintenance.connect() as connection:
+            connection.execute(text(f'CREATE DATABASE "{name}"'))
+    except OperationalError as exc:
+        maintenance.dispose()
+        pytest.fail(f"Postgres at 127.0.0.1:5432 is not reachable (`.ci/run` starts it): {exc}")
+    try:
+        yield f"{POSTGRES}/{name}"
+    finally:
+        with maintenance.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        maintenance.dispose()
+
+
+@pytest.fixture(scope="session")
+def engine_host(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineHost]:
+    host = EngineHost(service_settings(tmp_path_factory.mktemp("host"), tiny_checkpoint))
+    yield host
+    host.close()

@@ -1,5 +1,5 @@
-"""An embedded service for the stage tests: SQLite and blobs in a temp directory, the real tiny engine, two CPU and
-two GPU threads. The engine is loaded once per session and shared (as a worker process shares it)."""
+"""An embedded service for the stage tests: SQLite and blobs in a temp directory, the real tiny engine (the
+session's, shared as a worker process shares it), two CPU and two GPU threads."""
 
 from __future__ import annotations
 
@@ -9,28 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import Settings
 from pipeline.db.migrate import upgrade_to_head
 from pipeline.db.models import Document
 from pipeline.db.session import create_db_engine, session_scope
 from pipeline.jobs.options import DocumentOptions
 from pipeline.storage import LocalBlobStore
+from tests.jobs.expected import service_settings
 from workers.embedded import EmbeddedWorkers
 from workers.engine_host import EngineHost
 
 FINAL = ("succeeded", "partial", "failed", "canceled")
-
-
-def service_settings(cache_dir: Path, model: Path) -> Settings:
-    """Fast settings: model-free `pdf` layout, low DPI, no text layer (so every text region goes to the model)."""
-    return Settings(model=str(model), cache_dir=cache_dir, max_tokens=4, dpi=40, layout="pdf", text_layer="off")
-
-
-@pytest.fixture(scope="session")
-def engine_host(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineHost]:
-    host = EngineHost(service_settings(tmp_path_factory.mktemp("host"), tiny_checkpoint))
-    yield host
-    host.close()
 
 
 @pytest.fixture

@@ -20,6 +20,11 @@ from pipeline.jobs.options import DocumentOptions
 from tests.documents.samples import build_pdf, stream_object
 
 
+def service_settings(cache_dir: Path, model: Path) -> Settings:
+    """Fast settings: model-free `pdf` layout, low DPI, no text layer (so every text region goes to the model)."""
+    return Settings(model=str(model), cache_dir=cache_dir, max_tokens=4, dpi=40, layout="pdf", text_layer="off")
+
+
 def processed(data: bytes, name: str, settings: Settings, engine: Engine) -> tuple[dict[str, Any], str]:
     """(JSON, Markdown) of the library pipeline (what `quire process` runs) with the service's default options."""
     options = DocumentOptions().resolved(settings)
