@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, Literal, Protocol
 
 CHUNK_BYTES = 1 << 20
 _KEY = re.compile(r"[0-9a-f]{64}")
@@ -45,6 +45,29 @@ class StoredBlob:
     size: int
 
 
+class BlobWriter(Protocol):
+    """One blob being written: chunks go in as they arrive; nothing is visible under a key until commit.
+
+    `finish` ends the writing and tells the key (so a caller can, say, look the content up in a database) before
+    `commit` makes the blob visible; `abort` throws the bytes away and is a no-op after commit.
+    """
+
+    def write(self, chunk: bytes) -> None:
+        """Append chunk; raises BlobTooLarge (having aborted) past the writer's max_bytes."""
+        ...
+
+    def finish(self) -> StoredBlob:
+        """No more writes: the bytes are durable (not yet visible); their key and size."""
+        ...
+
+    def commit(self) -> StoredBlob:
+        """Finish if needed, then make the blob visible under its key."""
+        ...
+
+    def abort(self) -> None:
+        ...
+
+
 class BlobStore(Protocol):
     """Where the service keeps bytes. Keys are SHA-256 hex digests of the content; a put is idempotent."""
 
@@ -54,6 +77,10 @@ class BlobStore(Protocol):
 
     def put_stream(self, chunks: Iterable[bytes], max_bytes: int | None = None) -> StoredBlob:
         """Store the chunks, hashing as they arrive; raises BlobTooLarge past max_bytes, storing nothing."""
+        ...
+
+    def writer(self, max_bytes: int | None = None) -> BlobWriter:
+        """An incremental put, for a caller that receives bytes over time and decides late whether to keep them."""
         ...
 
     def open(self, key: str) -> BinaryIO:
@@ -103,26 +130,16 @@ class LocalBlobStore:
         return self.put_stream([data]).key
 
     def put_stream(self, chunks: Iterable[bytes], max_bytes: int | None = None) -> StoredBlob:
-        digest, size = hashlib.sha256(), 0
-        handle, temporary = tempfile.mkstemp(dir=self._tmp, prefix="upload-")
+        writer = self.writer(max_bytes)
         try:
-            with os.fdopen(handle, "wb") as out:
-                for chunk in chunks:
-                    size += len(chunk)
-                    if max_bytes is not None and size > max_bytes:
-                        raise BlobTooLarge(max_bytes)
-                    digest.update(chunk)
-                    out.write(chunk)
-                out.flush()
-                os.fsync(out.fileno())  # the bytes are on disk before the name points at them
-            key = digest.hexdigest()
-            final = self.path(key)
-            final.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(temporary, final)  # same content under the same key: replacing is harmless
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
-        return StoredBlob(key, size)
+            for chunk in chunks:
+                writer.write(chunk)
+            return writer.commit()
+        finally:
+            writer.abort()
+
+    def writer(self, max_bytes: int | None = None) -> LocalBlobWriter:
+        return LocalBlobWriter(self, max_bytes)
 
     def open(self, key: str) -> BinaryIO:
         try:
@@ -143,6 +160,60 @@ class LocalBlobStore:
         except FileNotFoundError:
             return False
         return True
+
+
+class LocalBlobWriter:
+    """A LocalBlobStore blob in the making: a temporary file in root/tmp, renamed into place by commit."""
+
+    def __init__(self, store: LocalBlobStore, max_bytes: int | None = None) -> None:
+        self._store, self._max_bytes = store, max_bytes
+        self._digest, self._size = hashlib.sha256(), 0
+        handle, temporary = tempfile.mkstemp(dir=store.root / "tmp", prefix="upload-")
+        self._file = os.fdopen(handle, "wb")
+        self._temporary = Path(temporary)
+        self._state: Literal["writing", "finished", "committed", "aborted"] = "writing"
+
+    @property
+    def size(self) -> int:
+        """Bytes written so far."""
+        return self._size
+
+    def write(self, chunk: bytes) -> None:
+        self._expect("writing")
+        self._size += len(chunk)
+        if self._max_bytes is not None and self._size > self._max_bytes:
+            self.abort()
+            raise BlobTooLarge(self._max_bytes)
+        self._digest.update(chunk)
+        self._file.write(chunk)
+
+    def finish(self) -> StoredBlob:
+        if self._state == "writing":
+            self._file.flush()
+            os.fsync(self._file.fileno())  # the bytes are on disk before a name points at them
+            self._file.close()
+            self._state = "finished"
+        self._expect("finished", "committed")
+        return StoredBlob(self._digest.hexdigest(), self._size)
+
+    def commit(self) -> StoredBlob:
+        blob = self.finish()
+        if self._state == "finished":
+            final = self._store.path(blob.key)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(self._temporary, final)  # same content under the same key: replacing is harmless
+            self._state = "committed"
+        return blob
+
+    def abort(self) -> None:
+        if self._state in ("writing", "finished"):
+            self._file.close()
+            self._temporary.unlink(missing_ok=True)
+            self._state = "aborted"
+
+    def _expect(self, *states: str) -> None:
+        if self._state not in states:
+            raise ValueError(f"the blob writer is {self._state}")
 
 
 def read_chunks(stream: BinaryIO, size: int = CHUNK_BYTES) -> Iterable[bytes]:

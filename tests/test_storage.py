@@ -108,3 +108,38 @@ def test_delete_and_missing_blobs(store: LocalBlobStore) -> None:
     assert not store.exists(key)
     with pytest.raises(BlobNotFound):
         store.get(key)
+
+
+def test_a_writer_tells_the_key_before_the_blob_is_visible(store: LocalBlobStore) -> None:
+    """finish gives the key (a caller looks the content up before keeping it); only commit makes the blob appear."""
+    writer = store.writer(max_bytes=100)
+    writer.write(b"%PDF-1.7 ")
+    writer.write(b"page one")
+    blob = writer.finish()
+    assert blob == StoredBlob(hashlib.sha256(b"%PDF-1.7 page one").hexdigest(), 17)
+    assert not store.exists(blob.key)
+    assert writer.commit() == blob and writer.commit() == blob  # committing twice is harmless
+    writer.abort()  # a no-op once committed
+    assert store.get(blob.key) == b"%PDF-1.7 page one"
+    assert [path.parent.name for path in files_under(store.root)] == [blob.key[2:4]]  # no temporary file
+
+
+def test_an_aborted_writer_leaves_nothing(store: LocalBlobStore) -> None:
+    writer = store.writer()
+    writer.write(b"the first half")
+    writer.finish()
+    writer.abort()
+    writer.abort()
+    assert files_under(store.root) == []
+    with pytest.raises(ValueError, match="aborted"):
+        writer.commit()
+
+
+def test_a_writer_past_its_limit_aborts_itself(store: LocalBlobStore) -> None:
+    writer = store.writer(max_bytes=10)
+    writer.write(b"x" * 10)
+    with pytest.raises(BlobTooLarge):
+        writer.write(b"x")
+    assert files_under(store.root) == []
+    with pytest.raises(ValueError, match="aborted"):
+        writer.write(b"x")
