@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -52,11 +53,11 @@ def layout_checkpoint_factory(tmp_path_factory: pytest.TempPathFactory):
     return _written_once(tmp_path_factory, write_tiny_layout_checkpoint, TinyLayoutSpec(), "layout")
 
 
-@pytest.fixture(scope="session")
-def postgres_scratch() -> Iterator[str]:
-    """The URL of a database created for this test session on the local Postgres, dropped afterwards."""
+@contextmanager
+def scratch_database(prefix: str) -> Iterator[str]:
+    """A database created on the local Postgres for this session, dropped afterwards; its URL."""
     maintenance = create_engine(f"{POSTGRES}/postgres", isolation_level="AUTOCOMMIT")
-    name = f"quire_test_{uuid.uuid4().hex[:12]}"
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     try:
         with maintenance.connect() as connection:
             connection.execute(text(f'CREATE DATABASE "{name}"'))
@@ -69,6 +70,13 @@ def postgres_scratch() -> Iterator[str]:
         with maintenance.connect() as connection:
             connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         maintenance.dispose()
+
+
+@pytest.fixture(scope="session")
+def postgres_scratch() -> Iterator[str]:
+    """A scratch database the persistence tests empty and refill as they like."""
+    with scratch_database("quire_test") as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
