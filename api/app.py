@@ -1,0 +1,45 @@
+"""The HTTP service: the FastAPI app over the database, the blob store and a dispatcher that starts the workers.
+
+The app owns nothing global: `create_app` gets its settings and dispatcher, so the embedded mode (in-process
+workers), the distributed mode (Celery) and the tests each build one with their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from api.deps import Services
+from api.errors import install_error_handlers
+from api.routes import documents, health
+from pipeline.config import Settings
+from pipeline.db.session import create_db_engine
+from pipeline.jobs.dispatch import Dispatcher
+from pipeline.storage import LocalBlobStore
+
+DESCRIPTION = """Quire turns scanned and born-digital documents into Markdown and JSON.
+
+Upload with `POST /v1/documents`, poll `GET /v1/documents/{id}`, then fetch `GET /v1/documents/{id}/result`.
+Errors are `{"error": {"code", "message"}}`; branch on `code`, which is stable."""
+
+
+def create_app(settings: Settings, dispatcher: Dispatcher, tenant: str = "default") -> FastAPI:
+    """The API for one tenant (API keys come later, through `api.deps.current_tenant`); the schema must already
+    be migrated (`quire migrate`)."""
+    assert settings.blob_dir is not None  # Settings fills it in
+    db = create_db_engine(settings.database_url)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        db.dispose()
+
+    app = FastAPI(title="Quire", version="1", description=DESCRIPTION, lifespan=lifespan)
+    app.state.services = Services(settings, db, LocalBlobStore(settings.blob_dir), dispatcher)
+    app.state.tenant = tenant
+    install_error_handlers(app)
+    app.include_router(documents.router)
+    app.include_router(health.router)
+    return app

@@ -1,0 +1,85 @@
+"""Every error the API returns has one JSON shape, `{"error": {"code": "...", "message": "..."}}`.
+
+Clients branch on `code`, which is stable; `message` is for people and may change. FastAPI's own errors (an unknown
+route, a wrong method, a malformed query parameter) are rewritten into the same shape, so a client needs one error
+parser for everything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from pipeline.storage import BlobTooLarge
+
+# Codes for FastAPI's and Starlette's own HTTP errors; anything else is `http_error`.
+_HTTP_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "file_too_large"}
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
+
+
+class ApiError(Exception):
+    """Raised anywhere in a request to answer with `status` and the error shape."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    body = ErrorResponse(error=ErrorDetail(code=code, message=message))
+    return JSONResponse(body.model_dump(), status_code=status, headers=headers)
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` entries saying that these statuses carry the error shape."""
+    return {status: {"model": ErrorResponse} for status in statuses}
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(BlobTooLarge, _blob_too_large)
+
+
+async def _api_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return error_response(exc.status, exc.code, exc.message)
+
+
+async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    return error_response(exc.status_code, code, str(exc.detail), exc.headers)  # 405 keeps its Allow header
+
+
+async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    return error_response(422, "invalid_request", validation_message(exc.errors()))
+
+
+async def _blob_too_large(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, BlobTooLarge)
+    return error_response(413, exc.code, str(exc))
+
+
+def validation_message(errors: Any) -> str:
+    """Pydantic's errors as one line: `where: what` for each, `;`-separated."""
+    parts = []
+    for error in errors:
+        where = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
+        parts.append(f"{where}: {error['msg']}" if where else error["msg"])
+    return "; ".join(parts)

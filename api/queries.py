@@ -1,0 +1,78 @@
+"""The database reads behind the endpoints, each scoped to the tenant: another tenant's id reads as unknown."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from datetime import datetime
+
+from sqlalchemy import and_, case, func, or_, select
+from sqlalchemy.orm import Session, selectinload
+
+from api.errors import ApiError
+from pipeline.db.models import Document, Page, Region
+
+
+def owned_document(session: Session, tenant: str, document_id: str) -> Document:
+    """The tenant's document; 404 `document_not_found` for an unknown id and for another tenant's alike."""
+    document = session.scalars(select(Document).where(Document.id == document_id,
+                                                      Document.tenant == tenant)).one_or_none()
+    if document is None:
+        raise ApiError(404, "document_not_found", f"no document {document_id}")
+    return document
+
+
+def region_counts(session: Session, document_id: str) -> tuple[int, int]:
+    """(regions no longer pending, regions so far) over the document's pages."""
+    done = func.coalesce(func.sum(case((Region.status != "pending", 1), else_=0)), 0)
+    row = session.execute(select(done, func.count(Region.id)).join(Page, Region.page_id == Page.id)
+                          .where(Page.document_id == document_id)).one()
+    return int(row[0]), int(row[1])
+
+
+def owned_page(session: Session, tenant: str, document_id: str, number: int) -> Page:
+    """Page `number` (1-based) of the tenant's document, with its regions; 404 `page_not_found` past the end."""
+    owned_document(session, tenant, document_id)
+    page = session.scalars(select(Page).where(Page.document_id == document_id, Page.index == number - 1)
+                           .options(selectinload(Page.regions))).one_or_none()
+    if page is None:
+        raise ApiError(404, "page_not_found", f"document {document_id} has no page {number} (pages count from 1)")
+    return page
+
+
+def newest_documents(session: Session, tenant: str, status: str | None, limit: int,
+                     cursor: str | None) -> tuple[list[Document], str | None]:
+    """One page of the tenant's documents, newest first, and the cursor for the next page (None on the last).
+
+    Keyset pagination on (created_at, id): a page is the same however many documents arrive meanwhile, and
+    reading page n costs the same as page 1.
+    """
+    query = select(Document).where(Document.tenant == tenant)
+    if status is not None:
+        query = query.where(Document.status == status)
+    if cursor is not None:
+        created_at, last_id = decode_cursor(cursor)
+        query = query.where(or_(Document.created_at < created_at,
+                                and_(Document.created_at == created_at, Document.id < last_id)))
+    rows = list(session.scalars(query.order_by(Document.created_at.desc(), Document.id.desc()).limit(limit + 1)))
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return rows, encode_cursor(rows[-1]) if more else None
+
+
+def encode_cursor(document: Document) -> str:
+    raw = json.dumps([document.created_at.isoformat(), document.id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """The (created_at, id) a cursor holds; 400 `invalid_cursor` for anything encode_cursor did not make."""
+    try:
+        created_at, document_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        moment = datetime.fromisoformat(created_at)
+        if moment.tzinfo is None or not isinstance(document_id, str):
+            raise ValueError(cursor)
+        return moment, document_id
+    except (ValueError, TypeError, binascii.Error):
+        raise ApiError(400, "invalid_cursor", "the cursor is not one this API returned") from None

@@ -1,0 +1,104 @@
+"""The API's response bodies as pydantic models, so /openapi.json describes what clients get back."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+DocumentState = Literal["queued", "processing", "succeeded", "partial", "failed", "canceled"]
+PageState = Literal["queued", "processing", "succeeded", "failed"]
+
+
+class Problem(BaseModel):
+    code: str
+    message: str
+
+
+class DocumentAccepted(BaseModel):
+    """The answer to an upload: 202 for a new document, 200 for one the upload repeats (same body either way)."""
+
+    id: str
+    status: DocumentState
+    filename: str
+    size: int = Field(description="bytes")
+    sha256: str
+    created_at: datetime
+    status_url: str
+
+
+class Counts(BaseModel):
+    done: int
+    total: int | None = Field(description="null while unknown: pages before the document is opened")
+
+
+class Progress(BaseModel):
+    pages: Counts
+    regions: Counts = Field(description="regions of the pages laid out so far; done: no longer pending")
+
+
+class DocumentLinks(BaseModel):
+    self: str
+    result_json: str
+    result_markdown: str
+
+
+class DocumentStatus(BaseModel):
+    id: str
+    filename: str
+    status: DocumentState
+    media_type: str | None = Field(description="detected from the content once the document is opened")
+    size: int = Field(description="bytes")
+    sha256: str
+    page_count: int | None
+    options: dict[str, Any] = Field(description="the resolved processing options (the password is never shown)")
+    progress: Progress
+    error: Problem | None
+    timings: dict[str, float] = Field(description="milliseconds per stage")
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    links: DocumentLinks
+
+
+class DocumentSummary(BaseModel):
+    id: str
+    filename: str
+    status: DocumentState
+    media_type: str | None
+    size: int
+    page_count: int | None
+    error: Problem | None
+    created_at: datetime
+    finished_at: datetime | None
+    status_url: str
+
+
+class DocumentList(BaseModel):
+    items: list[DocumentSummary] = Field(description="newest first")
+    next_cursor: str | None = Field(description="pass as `cursor` for the next page; null on the last page")
+
+
+class PageResult(BaseModel):
+    """A page object of result.schema.json, plus its number and the page's live status."""
+
+    number: int = Field(description="1-based, as people count pages; `index` is the 0-based index")
+    index: int
+    status: PageState = Field(description="the page's current state (the result schema only has final ones)")
+    error: Problem | None
+    width_px: int | None
+    height_px: int | None
+    width_pt: float | None
+    height_pt: float | None
+    dpi: float | None
+    rotation: int
+    layout: str | None
+    markdown: str
+    timings_ms: dict[str, float]
+    regions: list[dict[str, Any]] = Field(description="region objects as in result.schema.json")
+    image_url: str
+
+
+class Health(BaseModel):
+    status: Literal["ok"]

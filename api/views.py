@@ -1,0 +1,68 @@
+"""Database rows as response bodies; URLs come from the request, so they name the host the client used."""
+
+from __future__ import annotations
+
+from fastapi import Request
+
+from api.schemas import (
+    Counts,
+    DocumentAccepted,
+    DocumentLinks,
+    DocumentStatus,
+    DocumentSummary,
+    PageResult,
+    Problem,
+    Progress,
+)
+from pipeline.db.models import Document, Page
+from pipeline.documents.assemble import page_json
+from pipeline.jobs.rows import page_output
+
+
+def document_url(request: Request, document_id: str) -> str:
+    return str(request.url_for("get_document", document_id=document_id))
+
+
+def accepted_view(request: Request, document: Document) -> DocumentAccepted:
+    return DocumentAccepted(id=document.id, status=document.status, filename=document.filename,  # type: ignore[arg-type]
+                            size=document.size_bytes, sha256=document.sha256, created_at=document.created_at,
+                            status_url=document_url(request, document.id))
+
+
+def status_view(request: Request, document: Document, regions: tuple[int, int]) -> DocumentStatus:
+    """`regions` is (done, total) from region_counts."""
+    result = request.url_for("get_result", document_id=document.id)
+    return DocumentStatus(
+        id=document.id, filename=document.filename, status=document.status,  # type: ignore[arg-type]
+        media_type=document.media_type, size=document.size_bytes, sha256=document.sha256,
+        page_count=document.page_count,
+        options={key: value for key, value in document.options.items() if key != "password"},
+        progress=Progress(pages=Counts(done=document.pages_done, total=document.page_count),
+                          regions=Counts(done=regions[0], total=regions[1])),
+        error=_problem(document), timings=dict(document.timings or {}), created_at=document.created_at,
+        started_at=document.started_at, finished_at=document.finished_at,
+        links=DocumentLinks(self=document_url(request, document.id),
+                            result_json=str(result.include_query_params(format="json")),
+                            result_markdown=str(result.include_query_params(format="markdown"))))
+
+
+def summary_view(request: Request, document: Document) -> DocumentSummary:
+    return DocumentSummary(id=document.id, filename=document.filename, status=document.status,  # type: ignore[arg-type]
+                           media_type=document.media_type, size=document.size_bytes, page_count=document.page_count,
+                           error=_problem(document), created_at=document.created_at,
+                           finished_at=document.finished_at, status_url=document_url(request, document.id))
+
+
+def page_view(request: Request, page: Page) -> PageResult:
+    """The page as result.schema.json has it, with `status` the page's live one: page_output reads every page
+    that has not failed as succeeded, which is right for a finished document and wrong for a queued page."""
+    number = page.index + 1
+    image = request.url_for("get_page_image", document_id=page.document_id, number=number)
+    body = page_json(page_output(page), None) | {"status": page.status, "number": number, "image_url": str(image)}
+    return PageResult.model_validate(body)
+
+
+def _problem(document: Document) -> Problem | None:
+    if document.error_code is None:
+        return None
+    return Problem(code=document.error_code, message=document.error_message or document.error_code)
