@@ -3,7 +3,8 @@
 Every stage may run twice (tasks ack late and are re-delivered when a worker dies) and concurrently with its
 siblings, so each one reads its state from the database first and does only what is still to do: a page that
 is past a stage is passed on, not redone, and results are upserts keyed by (page, region index). Work happens
-outside transactions; each transaction is short, and the next stage is sent only after it has committed.
+outside transactions; each transaction is short, and the next stage is sent only after it has committed. A
+document deleted while it is worked on simply ends its remaining tasks: each finds its rows gone and returns.
 
 A page reaches its final state in `_finish_page`, whose conditional update succeeds once per page; that
 transaction also counts the page on its document, so exactly one page — the last — sends finalize, however the
@@ -70,7 +71,9 @@ def ingest_document(ctx: Context, document_id: str) -> None:
         _fail_document(ctx, document_id, sniff(data), Problem(exc.code, exc.message))
         return
     with session_scope(ctx.db) as session:
-        document = session.get_one(Document, document_id)
+        document = session.get(Document, document_id)
+        if document is None:  # deleted meanwhile
+            return
         document.page_count, document.media_type = page_count, media_type
         document.timings = {**document.timings, "ingest": (time.perf_counter() - started) * 1000.0}
         insert_pages(session, document_id, page_count)
@@ -98,8 +101,10 @@ def prepare_page(ctx: Context, page_id: int) -> None:
             for i, (item, output) in enumerate(zip(laid_out.prepared, outputs, strict=True))]
     pending = any(item.needs_model for item in laid_out.prepared)
     with session_scope(ctx.db) as session:
+        page = session.get(Page, page_id)
+        if page is None:  # its document was deleted meanwhile
+            return
         upsert_regions(session, rows)
-        page = session.get_one(Page, page_id)
         _describe(page, laid_out, image_key)
         page.status = "processing"
         complete = False if pending else _finish_page(session, page_id, page_problem(outputs))
@@ -129,13 +134,15 @@ def recognize_page(ctx: Context, page_id: int) -> None:
     rows = [{**region_row(output, page_id, region.index, region.crop_px), "attempts": region.attempts + 1}
             for region, output in zip(pending, outputs, strict=True)]
     with session_scope(ctx.db) as session:
+        document = session.get(Document, document_id)
+        if document is None:  # deleted meanwhile
+            return
         upsert_regions(session, rows)
         for key, output in zip(keys, outputs, strict=True):
             if output.source == "model":
                 remember_recognition(session, key, text=output.text, html=output.html, latex=output.latex,
                                      finish_reason=output.finish_reason, truncated=output.truncated)
-        session.get_one(Document, document_id).model = ctx.recognition.model
-        session.flush()
+        document.model = ctx.recognition.model
         regions = [region_output(region) for region in session.get_one(Page, page_id).regions]
         complete = _finish_page(session, page_id, page_problem(regions))
     if complete:
@@ -172,7 +179,9 @@ def _send_open_pages(ctx: Context, document_id: str) -> None:
     with session_scope(ctx.db) as session:
         open_pages = session.scalars(select(Page.id).where(Page.document_id == document_id,
                                                            Page.status.in_(OPEN_PAGE)).order_by(Page.index)).all()
-        document = session.get_one(Document, document_id)
+        document = session.get(Document, document_id)
+        if document is None:
+            return
         complete = document.pages_done >= (document.page_count or 0)
     for page_id in open_pages:
         ctx.dispatcher.send("prepare", page_id)
@@ -214,7 +223,9 @@ def _describe(page: Page, laid_out: LaidOutPage, image_key: str) -> None:
 
 def _finish_failed_page(ctx: Context, page_id: int, output: PageOutput) -> None:
     with session_scope(ctx.db) as session:
-        page = session.get_one(Page, page_id)
+        page = session.get(Page, page_id)
+        if page is None:  # its document was deleted meanwhile
+            return
         page.layout, page.timings = output.layout, output.timings_ms
         page.width_px, page.height_px, page.dpi = output.width_px, output.height_px, output.dpi
         page.width_pt, page.height_pt, page.rotation = output.width_pt, output.height_pt, output.rotation
@@ -240,7 +251,9 @@ def _finish_page(session: Session, page_id: int, problem: Problem | None) -> boo
 
 def _fail_document(ctx: Context, document_id: str, media_type: str | None, problem: Problem) -> None:
     with session_scope(ctx.db) as session:
-        document = session.get_one(Document, document_id)
+        document = session.get(Document, document_id)
+        if document is None:  # deleted meanwhile
+            return
         document.error_code, document.error_message = problem.code, problem.message
         document.media_type, document.page_count = media_type, 0
     ctx.dispatcher.send("finalize", document_id)

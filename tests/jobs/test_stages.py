@@ -80,6 +80,24 @@ def test_every_stage_run_again_changes_nothing(service):
     assert snapshot(service, document.id) == before
 
 
+def test_a_document_deleted_while_it_is_worked_on_ends_its_remaining_tasks_quietly(service, caplog):
+    ctx = service.context
+    document_id = accept(service, FOUR_PAGES, "four.pdf", send=False)
+    STAGES["ingest"](ctx, document_id)  # pages exist; their prepare tasks are queued
+    with session_scope(ctx.db) as session:
+        page_ids = session.scalars(select(Page.id).where(Page.document_id == document_id)).all()
+        session.delete(session.get_one(Document, document_id))
+    for page_id in page_ids:
+        STAGES["prepare"](ctx, page_id)
+        STAGES["recognize"](ctx, page_id)
+    STAGES["ingest"](ctx, document_id)
+    STAGES["finalize"](ctx, document_id)
+    time.sleep(0.5)  # the prepare tasks ingest sent run on the pools too
+    with session_scope(ctx.db) as session:
+        assert session.scalar(select(func.count()).select_from(Page)) == 0
+    assert not [record for record in caplog.records if record.levelname == "ERROR"]
+
+
 def test_a_crop_seen_before_by_the_same_tenant_comes_from_the_result_cache(service):
     first = wait_until_final(service, accept(service, FOUR_PAGES, "four.pdf"))
     again = wait_until_final(service, accept(service, FOUR_PAGES, "again.pdf", dpi=40, layout="pdf"))

@@ -1,0 +1,148 @@
+"""The service as users run it, in subprocesses: `quire serve` alone (embedded: SQLite, local blobs, workers in the
+process, no Redis, no Postgres), and `quire serve` beside a CPU and a GPU `quire worker` (distributed: the real
+Postgres, the real Redis and real Celery workers). Both run on the session's tiny checkpoint with fast settings.
+
+Redis is the one at 127.0.0.1:6379 that `.ci/run` starts; each run takes a numbered Redis database of its own
+and empties it first, so a stale queue from an aborted run cannot leak in.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from tests.conftest import scratch_database
+
+REDIS = "redis://127.0.0.1:6379"
+FAST = {"QUIRE_MAX_TOKENS": "4", "QUIRE_DPI": "40", "QUIRE_LAYOUT": "pdf", "QUIRE_TEXT_LAYER": "off",
+        "QUIRE_GPU_THREADS": "2", "QUIRE_CPU_THREADS": "2"}
+
+
+@dataclass
+class Service:
+    url: str
+    database_url: str
+    logs: list[Path]
+
+    def tail(self) -> str:
+        """The end of every process's log, for a failure message."""
+        return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-3000:]}" for log in self.logs)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def quire_env(root: Path, model: Path, **extra: str) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("QUIRE_")}
+    env.update(FAST, QUIRE_MODEL=str(model), QUIRE_CACHE_DIR=str(root), QUIRE_BLOB_DIR=str(root / "blobs"), **extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def processes() -> Iterator[list[subprocess.Popen]]:
+    """Started processes, stopped (TERM, then KILL) when the module is done."""
+    started: list[subprocess.Popen] = []
+    yield started
+    for process in started:
+        process.terminate()
+    for process in started:
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def start(processes: list[subprocess.Popen], log: Path, env: dict[str, str], *args: str) -> None:
+    with log.open("wb") as out:
+        processes.append(subprocess.Popen([sys.executable, "-m", "pipeline.cli", *args], env=env, stdout=out,
+                                          stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[2]))
+
+
+def wait_for_health(service: Service, processes: list[subprocess.Popen], timeout_s: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if any(process.poll() is not None for process in processes):
+            pytest.fail(f"a service process exited early\n{service.tail()}")
+        try:
+            if httpx.get(f"{service.url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    pytest.fail(f"the API did not answer /health in {timeout_s} s\n{service.tail()}")
+
+
+def wait_for_workers(broker_url: str, names: set[str], service: Service, timeout_s: float = 90.0) -> None:
+    from celery import Celery
+
+    probe = Celery(broker=broker_url)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        replies = {name.split("@")[0] for reply in probe.control.ping(timeout=1.0) for name in reply}
+        if names <= replies:
+            return
+    pytest.fail(f"workers {names} did not answer a ping in {timeout_s} s\n{service.tail()}")
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> str:
+    url = f"{REDIS}/{random.randint(1, 15)}"
+    client = redis.Redis.from_url(url)
+    try:
+        client.flushdb()
+    except redis.ConnectionError as exc:
+        pytest.fail(f"Redis at 127.0.0.1:6379 is not reachable (`.ci/run` starts it): {exc}")
+    return url
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path, processes) -> Service:
+    """`quire serve` with nothing configured but the model: SQLite and blobs under its cache directory."""
+    root = tmp_path_factory.mktemp("embedded")
+    port = free_port()
+    service = Service(f"http://127.0.0.1:{port}", f"sqlite:///{root / 'quire.db'}", [root / "serve.log"])
+    start(processes, service.logs[0], quire_env(root, tiny_checkpoint), "serve", "--port", str(port))
+    wait_for_health(service, processes)
+    return service
+
+
+@pytest.fixture(scope="module")
+def distributed(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path, redis_url: str,
+                processes) -> Iterator[Service]:
+    """`quire serve` (the API alone), a CPU worker (prefork, two processes) and a GPU worker (two threads)."""
+    root = tmp_path_factory.mktemp("distributed")
+    port = free_port()
+    with scratch_database("quire_service") as database_url:
+        env = quire_env(root, tiny_checkpoint, QUIRE_DATABASE_URL=database_url, QUIRE_BROKER_URL=redis_url)
+        service = Service(f"http://127.0.0.1:{port}", database_url,
+                          [root / "serve.log", root / "cpu.log", root / "gpu.log"])
+        start(processes, service.logs[0], env, "serve", "--port", str(port))
+        start(processes, service.logs[1], env, "worker", "--queues", "cpu", "--concurrency", "2")
+        start(processes, service.logs[2], env, "worker", "--queues", "gpu", "--concurrency", "2")
+        wait_for_health(service, processes)
+        wait_for_workers(redis_url, {"quire-cpu", "quire-gpu"}, service)
+        yield service
+        for process in processes:  # before the database is dropped under them
+            process.terminate()
+        for process in processes:
+            process.wait(timeout=30)
+
+
+@pytest.fixture(params=["embedded", "distributed"])
+def service(request: pytest.FixtureRequest) -> Service:
+    return request.getfixturevalue(request.param)
