@@ -154,11 +154,15 @@ def _load_engine(model: str, device: str, dtype: str) -> Engine | None:
     try:
         return Engine.from_pretrained(model, device=device, dtype=dtype)
     except CheckpointError as exc:
-        tiny = get_settings().cache_dir / "tiny-checkpoint"
-        print(f"error: {exc}\nTo try the pipeline without the real weights: `quire demo` writes a tiny random "
-              f"checkpoint to {tiny}; then `quire process FILE --model {tiny}` (its text is not meaningful).",
-              file=sys.stderr)
+        _say_model_missing(exc, "quire process FILE --model {tiny}")
         return None
+
+
+def _say_model_missing(exc: Exception, command: str) -> None:
+    """The loader's message, and how to try `command` on the demo's tiny checkpoint instead of real weights."""
+    tiny = get_settings().cache_dir / "tiny-checkpoint"
+    print(f"error: {exc}\nTo try Quire without the real weights: `quire demo` writes a tiny random checkpoint to "
+          f"{tiny}; then `{command.format(tiny=tiny)}` (its text is not meaningful).", file=sys.stderr)
 
 
 class _Progress:
@@ -210,6 +214,7 @@ def _add_service_parsers(commands: argparse._SubParsersAction) -> None:
 def _serve(args: argparse.Namespace) -> int:
     """`quire serve`: the API, with in-process workers and a resident engine unless a broker is configured."""
     import uvicorn
+
     from api.app import create_app
 
     from .db.migrate import upgrade_to_head
@@ -233,7 +238,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         host.engine  # noqa: B018 - load now, so a missing model is said at start, not on the first page
     except CheckpointError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _say_model_missing(exc, "QUIRE_MODEL={tiny} quire serve")
         return 2
     workers = EmbeddedWorkers(settings, db, blobs, host, settings.cpu_threads, settings.gpu_threads)
     try:

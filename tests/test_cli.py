@@ -15,8 +15,9 @@ from pipeline.documents.assemble import load_schema
 from pipeline.documents.overlay import colour_for
 
 
-def _quire(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "QUIRE_CACHE_DIR": str(cache), "HF_HUB_OFFLINE": "1"}
+def _quire(*args: str, cache: Path, **env_vars: str) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("QUIRE_")}
+    env.update(QUIRE_CACHE_DIR=str(cache), HF_HUB_OFFLINE="1", **env_vars)
     return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], env=env, capture_output=True, text=True,
                           timeout=300, check=False)
 
@@ -116,3 +117,17 @@ def test_process_without_the_layout_model_says_how_to_get_it_and_names_the_model
                   "--layout", "pp-doclayout", "--layout-model", str(tmp_path / "no-layout-model"), cache=tmp_path)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "--layout pdf" in done.stderr and not (tmp_path / "out").exists()
+
+
+# --- quire serve / quire worker ----------------------------------------------------------------------------------
+
+
+def test_serve_without_the_weights_says_how_to_try_the_demo_checkpoint(tmp_path):
+    done = _quire("serve", "--port", "0", cache=tmp_path, QUIRE_MODEL=str(tmp_path / "missing"))
+    assert done.returncode == 2
+    assert "QUIRE_MODEL=" in done.stderr and "quire serve" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_worker_without_a_broker_points_at_the_embedded_mode(tmp_path):
+    done = _quire("worker", "--queues", "gpu", cache=tmp_path)
+    assert done.returncode == 2 and "QUIRE_BROKER_URL" in done.stderr
