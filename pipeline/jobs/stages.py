@@ -46,6 +46,7 @@ from pipeline.documents.recognize import Recognition, RecognitionTask
 from pipeline.documents.results import PageOutput, Problem, RegionOutput
 from pipeline.jobs.context import Context
 from pipeline.jobs.dispatch import Stage
+from pipeline.jobs.intake import lock_blobs
 from pipeline.jobs.options import DocumentOptions
 from pipeline.jobs.rows import document_output, page_output, region_output, region_row
 
@@ -95,7 +96,8 @@ def prepare_page(ctx: Context, page_id: int) -> None:
     if isinstance(laid_out, FinishedPage):
         _finish_failed_page(ctx, page_id, laid_out.output)
         return
-    image_key = ctx.blobs.put(_png(laid_out.page.image))
+    png = _png(laid_out.page.image)
+    image_key = ctx.blobs.put(png)
     outputs = [laid_out.region_output(i) for i in range(len(laid_out.prepared))]
     rows = [region_row(output, page_id, i, item.crop_box, pending=item.needs_model)
             for i, (item, output) in enumerate(zip(laid_out.prepared, outputs, strict=True))]
@@ -104,6 +106,7 @@ def prepare_page(ctx: Context, page_id: int) -> None:
         page = session.get(Page, page_id)
         if page is None:  # its document was deleted meanwhile
             return
+        _keep_blobs(session, ctx, {image_key: png})
         upsert_regions(session, rows)
         _describe(page, laid_out, image_key)
         page.status = "processing"
@@ -161,9 +164,10 @@ def finalize_document(ctx: Context, document_id: str) -> None:
         finished = utcnow()
         document.timings = {**document.timings, "total": (finished - document.created_at).total_seconds() * 1000.0}
         output = document_output(document, status)
-    result_key = ctx.blobs.put(_json_bytes(document_json(output)))
-    markdown_key = ctx.blobs.put(document_markdown(output).encode())
+    results = {"json": _json_bytes(document_json(output)), "markdown": document_markdown(output).encode()}
+    result_key, markdown_key = ctx.blobs.put(results["json"]), ctx.blobs.put(results["markdown"])
     with session_scope(ctx.db) as session:
+        _keep_blobs(session, ctx, {result_key: results["json"], markdown_key: results["markdown"]})
         options = {key: value for key, value in document.options.items() if key != "password"}
         session.execute(update(Document).where(Document.id == document_id, Document.status == "processing").values(
             status=status, result_key=result_key, markdown_key=markdown_key, finished_at=finished,
@@ -288,6 +292,15 @@ def _crop_key(ctx: Context, tenant: str, region: Region, crop: Image.Image) -> C
     digest = hashlib.sha256(f"{crop.mode}:{crop.width}x{crop.height}:".encode())
     digest.update(crop.tobytes())
     return CropKey(tenant, ctx.recognition.revision, region.task or "ocr", digest.hexdigest())
+
+
+def _keep_blobs(session: Session, ctx: Context, blobs: dict[str, bytes]) -> None:
+    """Blobs are shared by content: a delete of another document may have removed one of these since it was put.
+    Under the blob locks (held until this transaction that records the keys commits), put back any that went."""
+    lock_blobs(session, sorted(blobs))
+    for key, data in blobs.items():
+        if not ctx.blobs.exists(key):
+            ctx.blobs.put(data)
 
 
 def _png(image: Image.Image) -> bytes:
