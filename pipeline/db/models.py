@@ -115,6 +115,7 @@ class Document(Base):
     model: Mapped[str | None] = mapped_column(String(512))  # the recognition model that produced the result
     timings: Mapped[dict[str, float]] = mapped_column(JSONType, default=dict)
     idempotency_key: Mapped[str | None] = mapped_column(String(256))
+    batch_id: Mapped[str | None] = mapped_column(ForeignKey("batches.id", ondelete="SET NULL"), index=True)
     # Same tenant, same bytes, same options → the same document; a unique key makes concurrent uploads agree.
     dedup_key: Mapped[str | None] = mapped_column(String(64))
     # Pages in a final state, raised once per page in the transaction that finishes it: the page that brings
@@ -225,4 +226,69 @@ class RecognitionCache(Base):
     latex: Mapped[str | None] = mapped_column(Text)
     finish_reason: Mapped[str | None] = mapped_column(String(16))
     truncated: Mapped[bool] = mapped_column(default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Tenant(Base):
+    """A customer: its documents, keys and webhook secret are its own; its id salts the engine's prefix cache."""
+
+    __tablename__ = "tenants"
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    webhook_secret: Mapped[str] = mapped_column(String(128))  # HMAC key of Quire-Signature on its deliveries
+    callback_url: Mapped[str | None] = mapped_column(String(2048))  # the default webhook target of its documents
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class ApiKey(Base):
+    """A bearer key, stored as the SHA-256 of its secret (keys are long random strings, so a fast hash is enough);
+    `prefix` is the key's public start, shown in listings and used to find the row."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=lambda: str(uuid.uuid4()))
+    tenant: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    prefix: Mapped[str] = mapped_column(String(32), unique=True)
+    secret_sha256: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str | None] = mapped_column(String(256))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class Batch(Base):
+    """Many documents submitted together (files or an archive's members); its progress is its documents'."""
+
+    __tablename__ = "batches"
+    __table_args__ = (Index(None, "tenant", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=lambda: str(uuid.uuid4()))
+    tenant: Mapped[str] = mapped_column(String(128))
+    document_count: Mapped[int] = mapped_column(Integer, default=0)
+    rejected: Mapped[list[dict[str, Any]]] = mapped_column(JSONType, default=list)  # [{name, code, message}]
+    options: Mapped[dict[str, Any]] = mapped_column(JSONType, default=dict)
+    callback_url: Mapped[str | None] = mapped_column(String(2048))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # set once, when its last document is final
+
+
+class WebhookDelivery(Base):
+    """One attempt to deliver one event; the attempts of an event share its delivery_id (Quire-Delivery)."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (UniqueConstraint("delivery_id", "attempt"),)
+
+    id: Mapped[int] = mapped_column(BigID, primary_key=True, autoincrement=True)
+    delivery_id: Mapped[str] = mapped_column(String(36), index=True)
+    tenant: Mapped[str] = mapped_column(String(128))
+    document_id: Mapped[str | None] = mapped_column(ForeignKey("documents.id", ondelete="CASCADE"), index=True)
+    batch_id: Mapped[str | None] = mapped_column(ForeignKey("batches.id", ondelete="CASCADE"), index=True)
+    event: Mapped[str] = mapped_column(String(32))  # document.succeeded | … | batch.finished
+    url: Mapped[str] = mapped_column(String(2048))
+    attempt: Mapped[int] = mapped_column(Integer)  # 1, 2, …
+    status_code: Mapped[int | None] = mapped_column(Integer)  # the receiver's answer; None: no answer
+    error: Mapped[str | None] = mapped_column(Text)  # why the attempt failed, when it did
+    succeeded: Mapped[bool] = mapped_column(default=False)
+    duration_ms: Mapped[float | None] = mapped_column(Float)
+    next_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # None: no retry follows this one
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -13,7 +13,7 @@ from pipeline.db.migrate import alembic_config, upgrade_to_head
 from pipeline.db.models import Base
 from pipeline.db.session import create_db_engine
 
-TABLES = {"documents", "pages", "regions", "recognition_cache"}
+TABLES = {"documents", "pages", "regions", "recognition_cache", "tenants", "api_keys", "batches", "webhook_deliveries"}
 
 
 def head() -> str:
