@@ -33,9 +33,9 @@ class ErrorResponse(BaseModel):
 class ApiError(Exception):
     """Raised anywhere in a request to answer with `status` and the error shape."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
-        self.status, self.code, self.message = status, code, message
+        self.status, self.code, self.message, self.headers = status, code, message, headers
 
 
 def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -57,7 +57,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
 async def _api_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ApiError)
-    return error_response(exc.status, exc.code, exc.message)
+    return error_response(exc.status, exc.code, exc.message, exc.headers)
 
 
 async def _http_error(_request: Request, exc: Exception) -> JSONResponse:
