@@ -24,6 +24,7 @@ from api.schemas import DocumentAccepted, DocumentList, DocumentState, DocumentS
 from api.upload import form_options, receive_upload, upload_openapi
 from api.views import accepted_view, document_url, page_view, status_view, summary_view
 from pipeline.db.session import session_scope
+from pipeline.jobs.cancel import NotCancelable, cancel_document
 from pipeline.jobs.intake import IdempotencyConflict, accept_upload, delete_document
 from pipeline.storage import BlobNotFound, BlobStore, read_chunks
 
@@ -117,6 +118,20 @@ def get_page_image(services: ServicesDep, tenant: Tenant, document_id: str, numb
         key = owned_page(session, tenant, document_id, number).image_key
     missing = ApiError(404, "page_image_not_ready", f"page {number} of document {document_id} is not rendered yet")
     return _blob_response(services.blobs, key, "image/png", missing)
+
+
+@router.post("/{document_id}/cancel", response_model=DocumentStatus, responses=error_responses(404, 409, 422))
+def cancel(request: Request, services: ServicesDep, tenant: Tenant, document_id: str) -> DocumentStatus:
+    """Stop the document's work: pages not started are skipped, its regions in the engine are aborted, and no
+    result is written after this answers. Canceling a canceled document is fine; a finished one is a 409."""
+    try:
+        document = cancel_document(services.db, tenant, document_id)
+    except NotCancelable as exc:
+        raise ApiError(409, exc.code, str(exc)) from None
+    if document is None:
+        raise ApiError(404, "document_not_found", f"no document {document_id}")
+    with session_scope(services.db) as session:
+        return status_view(request, owned_document(session, tenant, document_id), region_counts(session, document_id))
 
 
 @router.delete("/{document_id}", status_code=204, response_class=Response, responses=error_responses(404, 422))

@@ -57,6 +57,10 @@ class Recognizer(Protocol):
         """Start recognising one region; the future always resolves to a Recognition, never to an exception."""
         ...
 
+    def cancel(self, future: Future[Recognition]) -> None:
+        """Stop the work behind a future from submit (its document was canceled); the future still resolves."""
+        ...
+
 
 def task_prompt(task: str) -> str:
     """The model's prompt for a task name (`table` → `Table Recognition:`)."""
@@ -89,8 +93,14 @@ class EngineRecognizer:
         except (ImageError, EngineError) as exc:  # a crop the model cannot take (too thin, too long a prompt)
             result.set_result(Recognition.failed(exc.code, str(exc)))
             return result
+        result.request_id = pending.request_id  # type: ignore[attr-defined]  # what cancel() aborts
         pending.add_done_callback(lambda done: result.set_result(_recognition(done)))
         return result
+
+    def cancel(self, future: Future[Recognition]) -> None:
+        request_id = getattr(future, "request_id", None)
+        if request_id is not None:
+            self.engine.cancel(request_id)
 
 
 def _recognition(done: Future[Output]) -> Recognition:

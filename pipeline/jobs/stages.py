@@ -18,7 +18,7 @@ import io
 import json
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from dataclasses import replace
 from typing import Any
 
@@ -42,7 +42,7 @@ from pipeline.documents.process import (
     page_problem,
     recognized_region,
 )
-from pipeline.documents.recognize import Recognition, RecognitionTask
+from pipeline.documents.recognize import Recognition, RecognitionTask, Recognizer
 from pipeline.documents.results import PageOutput, Problem, RegionOutput
 from pipeline.jobs.context import Context
 from pipeline.jobs.dispatch import Stage
@@ -52,6 +52,7 @@ from pipeline.jobs.rows import document_output, page_output, region_output, regi
 
 FINAL_DOCUMENT = ("succeeded", "partial", "failed", "canceled")
 OPEN_PAGE = ("queued", "processing")
+CANCEL_POLL_S = 0.5  # how often a recognize task waiting on the engine looks for a cancel
 
 
 def ingest_document(ctx: Context, document_id: str) -> None:
@@ -72,8 +73,8 @@ def ingest_document(ctx: Context, document_id: str) -> None:
         _fail_document(ctx, document_id, sniff(data), Problem(exc.code, exc.message))
         return
     with session_scope(ctx.db) as session:
-        document = session.get(Document, document_id)
-        if document is None:  # deleted meanwhile
+        document = _wanted(session, document_id)
+        if document is None:
             return
         document.page_count, document.media_type = page_count, media_type
         document.timings = {**document.timings, "ingest": (time.perf_counter() - started) * 1000.0}
@@ -103,9 +104,9 @@ def prepare_page(ctx: Context, page_id: int) -> None:
             for i, (item, output) in enumerate(zip(laid_out.prepared, outputs, strict=True))]
     pending = any(item.needs_model for item in laid_out.prepared)
     with session_scope(ctx.db) as session:
-        page = session.get(Page, page_id)
-        if page is None:  # its document was deleted meanwhile
+        if _wanted(session, document.id) is None:
             return
+        page = session.get_one(Page, page_id)
         _keep_blobs(session, ctx, {image_key: png})
         upsert_regions(session, rows)
         _describe(page, laid_out, image_key)
@@ -133,12 +134,14 @@ def recognize_page(ctx: Context, page_id: int) -> None:
     image = _image(ctx, image_key)
     crops = [image.crop(tuple(region.crop_px)) for region in pending]
     keys = [_crop_key(ctx, tenant, region, crop) for region, crop in zip(pending, crops, strict=True)]
-    outputs = _recognize(ctx, tenant, crops, keys, pending)
+    outputs = _recognize(ctx, tenant, crops, keys, pending, document_id)
+    if outputs is None:  # canceled while the engine worked on it
+        return
     rows = [{**region_row(output, page_id, region.index, region.crop_px), "attempts": region.attempts + 1}
             for region, output in zip(pending, outputs, strict=True)]
     with session_scope(ctx.db) as session:
-        document = session.get(Document, document_id)
-        if document is None:  # deleted meanwhile
+        document = _wanted(session, document_id)
+        if document is None:
             return
         upsert_regions(session, rows)
         for key, output in zip(keys, outputs, strict=True):
@@ -228,7 +231,7 @@ def _describe(page: Page, laid_out: LaidOutPage, image_key: str) -> None:
 def _finish_failed_page(ctx: Context, page_id: int, output: PageOutput) -> None:
     with session_scope(ctx.db) as session:
         page = session.get(Page, page_id)
-        if page is None:  # its document was deleted meanwhile
+        if page is None or _wanted(session, page.document_id) is None:
             return
         page.layout, page.timings = output.layout, output.timings_ms
         page.width_px, page.height_px, page.dpi = output.width_px, output.height_px, output.dpi
@@ -255,17 +258,18 @@ def _finish_page(session: Session, page_id: int, problem: Problem | None) -> boo
 
 def _fail_document(ctx: Context, document_id: str, media_type: str | None, problem: Problem) -> None:
     with session_scope(ctx.db) as session:
-        document = session.get(Document, document_id)
-        if document is None:  # deleted meanwhile
+        document = _wanted(session, document_id)
+        if document is None:
             return
         document.error_code, document.error_message = problem.code, problem.message
         document.media_type, document.page_count = media_type, 0
     ctx.dispatcher.send("finalize", document_id)
 
 
-def _recognize(ctx: Context, tenant: str, crops: list[Image.Image], keys: list[CropKey],
-               regions: list[Region]) -> list[RegionOutput]:
-    """Each region's output: from the result cache when this tenant's crop was seen, else from the recognizer.
+def _recognize(ctx: Context, tenant: str, crops: list[Image.Image], keys: list[CropKey], regions: list[Region],
+               document_id: str) -> list[RegionOutput] | None:
+    """Each region's output: from the result cache when this tenant's crop was seen, else from the recognizer;
+    None when the document was canceled meanwhile.
 
     Every miss is submitted before any is waited for, so the page's regions are in the engine together.
     """
@@ -276,6 +280,8 @@ def _recognize(ctx: Context, tenant: str, crops: list[Image.Image], keys: list[C
     futures: dict[int, Future[Recognition]] = {
         i: recognizer.submit(RecognitionTask(crop, region.task or "ocr", f"page{region.page_id}-region{region.index}"))
         for i, (region, crop, hit) in enumerate(zip(regions, crops, cached, strict=True)) if hit is None}
+    if not _wait(ctx, recognizer, futures, document_id):
+        return None
     outputs = []
     for i, (region, hit) in enumerate(zip(regions, cached, strict=True)):
         base = region_output(region)
@@ -285,6 +291,31 @@ def _recognize(ctx: Context, tenant: str, crops: list[Image.Image], keys: list[C
             outputs.append(replace(base, source="cache", text=hit.text, html=hit.html, latex=hit.latex,
                                    finish_reason=hit.finish_reason, truncated=hit.truncated))
     return outputs
+
+
+def _wait(ctx: Context, recognizer: Recognizer, futures: dict[int, Future[Recognition]], document_id: str) -> bool:
+    """Wait for the futures, looking at the document every CANCEL_POLL_S; on a cancel, abort them and say False."""
+    waiting = set(futures.values())
+    while waiting:
+        _, waiting = wait(waiting, timeout=CANCEL_POLL_S)
+        if waiting and _canceled(ctx, document_id):
+            for future in waiting:
+                recognizer.cancel(future)
+            return False
+    return True
+
+
+def _canceled(ctx: Context, document_id: str) -> bool:
+    with session_scope(ctx.db) as session:
+        status = session.scalars(select(Document.status).where(Document.id == document_id)).one_or_none()
+    return status in (None, "canceled")
+
+
+def _wanted(session: Session, document_id: str) -> Document | None:
+    """The document, row-locked until the transaction ends, unless it was deleted or canceled: then None, and the
+    caller writes nothing (cancel takes the same lock, so nothing is written after a cancel commits)."""
+    document = session.scalars(select(Document).where(Document.id == document_id).with_for_update()).one_or_none()
+    return None if document is None or document.status == "canceled" else document
 
 
 def _crop_key(ctx: Context, tenant: str, region: Region, crop: Image.Image) -> CropKey:

@@ -185,3 +185,14 @@ def test_unknown_ids_and_other_tenants_documents_are_not_found(client: TestClien
         assert_error(http.delete(f"/v1/documents/{id_}"), 404, "document_not_found")
     assert other.get("/v1/documents").json()["items"] == []
     assert client.get(f"/v1/documents/{document_id}").status_code == 200  # globex's delete did nothing
+
+
+def test_cancel_ends_an_unfinished_document_and_refuses_a_finished_one(client: TestClient, db: Engine) -> None:
+    queued = upload(client, corpus()).json()["id"]
+    response = client.post(f"/v1/documents/{queued}/cancel")
+    assert (response.status_code, response.json()["status"]) == (200, "canceled")
+    assert client.post(f"/v1/documents/{queued}/cancel").status_code == 200  # again: still canceled
+    finished = upload(client, png()).json()["id"]
+    set_document(db, finished, status="succeeded")
+    assert_error(client.post(f"/v1/documents/{finished}/cancel"), 409, "not_cancelable")
+    assert_error(client.post("/v1/documents/no-such-id/cancel"), 404, "document_not_found")

@@ -15,6 +15,7 @@ from pipeline.db.models import Document, Page, RecognitionCache, Region
 from pipeline.db.session import session_scope
 from pipeline.documents.assemble import load_schema
 from pipeline.engine.scheduler import Step
+from pipeline.jobs.cancel import cancel_document
 from pipeline.jobs.stages import STAGES
 from tests.documents.samples import ENCRYPTED, ENCRYPTED_PASSWORD
 from tests.jobs.conftest import accept, wait_until_final
@@ -96,6 +97,30 @@ def test_a_document_deleted_while_it_is_worked_on_ends_its_remaining_tasks_quiet
     with session_scope(ctx.db) as session:
         assert session.scalar(select(func.count()).select_from(Page)) == 0
     assert not [record for record in caplog.records if record.levelname == "ERROR"]
+
+
+def test_a_cancel_mid_recognition_aborts_the_engine_requests_and_no_region_row_changes_after_it(service, engine_host):
+    engine = engine_host.engine
+    schedule = engine.scheduler.schedule
+    engine.scheduler.schedule = lambda: Step([])  # regions queue up in the engine but make no progress
+    try:
+        document_id = accept(service, FOUR_PAGES, "four.pdf")
+        deadline = time.monotonic() + 30
+        while not engine.sequences and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert engine.sequences, "no region reached the engine"
+        assert cancel_document(service.context.db, "acme", document_id).status == "canceled"
+        rows = snapshot(service, document_id)
+        deadline = time.monotonic() + 10
+        while engine.sequences and time.monotonic() < deadline:  # the waiting recognize tasks abort them
+            time.sleep(0.05)
+        assert not engine.sequences
+    finally:
+        del engine.scheduler.schedule
+    assert engine.scheduler.schedule == schedule
+    time.sleep(1.0)  # any task still running (prepare of later pages) finds the document canceled
+    assert snapshot(service, document_id) == rows
+    assert rows[0] == "canceled"
 
 
 def test_a_crop_seen_before_by_the_same_tenant_comes_from_the_result_cache(service):
