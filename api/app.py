@@ -11,8 +11,9 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from api.auth import KEYLESS_TENANT
 from api.deps import Services
-from api.errors import install_error_handlers
+from api.errors import error_responses, install_error_handlers
 from api.routes import documents, health
 from pipeline.config import Settings
 from pipeline.db.session import create_db_engine
@@ -25,9 +26,10 @@ Upload with `POST /v1/documents`, poll `GET /v1/documents/{id}`, then fetch `GET
 Errors are `{"error": {"code", "message"}}`; branch on `code`, which is stable."""
 
 
-def create_app(settings: Settings, dispatcher: Dispatcher, tenant: str = "default") -> FastAPI:
-    """The API for one tenant (API keys come later, through `api.deps.current_tenant`); the schema must already
-    be migrated (`quire migrate`)."""
+def create_app(settings: Settings, dispatcher: Dispatcher, require_keys: bool = False,
+               tenant: str = KEYLESS_TENANT) -> FastAPI:
+    """The API; each request acts for its API key's tenant, or for `tenant` when keys are not required (see
+    `api.auth.keys_required`). The schema must already be migrated (`quire migrate`)."""
     assert settings.blob_dir is not None  # Settings fills it in
     db = create_db_engine(settings.database_url)
 
@@ -38,8 +40,8 @@ def create_app(settings: Settings, dispatcher: Dispatcher, tenant: str = "defaul
 
     app = FastAPI(title="Quire", version="1", description=DESCRIPTION, lifespan=lifespan)
     app.state.services = Services(settings, db, LocalBlobStore(settings.blob_dir), dispatcher)
-    app.state.tenant = tenant
+    app.state.require_keys, app.state.tenant = require_keys, tenant
     install_error_handlers(app)
-    app.include_router(documents.router)
+    app.include_router(documents.router, responses=error_responses(401) if require_keys else None)
     app.include_router(health.router)
     return app

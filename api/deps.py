@@ -6,8 +6,10 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials
 from sqlalchemy import Engine
 
+from api.auth import bearer, tenant_for_key
 from pipeline.config import Settings
 from pipeline.jobs.dispatch import Dispatcher
 from pipeline.storage import BlobStore
@@ -25,10 +27,14 @@ def services(request: Request) -> Services:
     return request.app.state.services
 
 
-def current_tenant(request: Request) -> str:
-    """The tenant the request acts for. One fixed tenant per app until API keys arrive; this is the one place
-    that will then read the key, so every endpoint already scopes its queries by it."""
-    return request.app.state.tenant
+def current_tenant(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+) -> str:
+    """The tenant the request acts for: its key's, or the app's one fixed tenant when keys are off. The one place
+    that decides it, so every endpoint scopes its queries by the same answer."""
+    if not request.app.state.require_keys:
+        return request.app.state.tenant
+    return tenant_for_key(services(request).db, credentials)
 
 
 ServicesDep = Annotated[Services, Depends(services)]

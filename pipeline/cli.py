@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .account_commands import add_account_parsers, keys, tenants
 from .config import get_settings
 
 if TYPE_CHECKING:
@@ -42,9 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--device", default=None, help="torch device such as cpu or cuda (default: QUIRE_DEVICE)")
     commands.add_parser("migrate", help="create or upgrade the database (QUIRE_DATABASE_URL) to the newest schema")
     _add_service_parsers(commands)
+    add_account_parsers(commands)
     args = parser.parse_args(argv)
     commands = {"demo": _demo, "recognize": _recognize, "engine": _serve_engine, "process": _process,
-                "migrate": _migrate, "serve": _serve, "worker": _worker}
+                "migrate": _migrate, "serve": _serve, "worker": _worker, "keys": keys, "tenants": tenants}
     return commands[args.command](args)
 
 
@@ -216,18 +218,21 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from api.app import create_app
+    from api.auth import keys_required, startup_notice
 
     from .db.migrate import upgrade_to_head
     from .db.session import get_engine
     from .storage import LocalBlobStore
 
     settings = get_settings()
+    require_keys = keys_required(settings.api_keys, args.host)
+    print(startup_notice(settings.api_keys, args.host), file=sys.stderr, flush=True)
     upgrade_to_head(settings.database_url)
     db, blobs = get_engine(settings.database_url), LocalBlobStore(settings.blob_dir)
     if settings.broker_url:
         from workers.celery_app import CeleryDispatcher, app
 
-        uvicorn.run(create_app(settings, CeleryDispatcher(app)), host=args.host, port=args.port)
+        uvicorn.run(create_app(settings, CeleryDispatcher(app), require_keys), host=args.host, port=args.port)
         return 0
     from workers.embedded import EmbeddedWorkers
     from workers.engine_host import EngineHost
@@ -243,7 +248,7 @@ def _serve(args: argparse.Namespace) -> int:
     workers = EmbeddedWorkers(settings, db, blobs, host, settings.cpu_threads, settings.gpu_threads)
     try:
         workers.resume()
-        uvicorn.run(create_app(settings, workers), host=args.host, port=args.port)
+        uvicorn.run(create_app(settings, workers, require_keys), host=args.host, port=args.port)
     finally:
         workers.close()
         host.close()

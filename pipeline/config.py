@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+ApiKeysMode = Literal["auto", "required", "off"]
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="QUIRE_", env_file=".env", extra="ignore")
@@ -35,6 +37,8 @@ class Settings(BaseSettings):
     broker_url: str = ""  # redis://host:6379/0: the distributed mode (Celery); empty: the embedded mode
     cpu_threads: int = 2  # embedded mode: threads for ingest, render and layout
     gpu_threads: int = 4  # embedded mode: recognize tasks in flight at once, all feeding the one engine
+    # API keys: auto = required unless `quire serve` listens on a loopback address only; required; off
+    api_keys: ApiKeysMode = "auto"
 
     @model_validator(mode="after")
     def _defaults_under_cache_dir(self) -> Settings:
