@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from api.auth import KEYLESS_TENANT
 from api.deps import Services
 from api.errors import error_responses, install_error_handlers
-from api.routes import documents, health
+from api.routes import documents, health, web
 from pipeline.config import Settings
 from pipeline.db.session import create_db_engine
 from pipeline.jobs.dispatch import Dispatcher
@@ -44,4 +44,5 @@ def create_app(settings: Settings, dispatcher: Dispatcher, require_keys: bool = 
     install_error_handlers(app)
     app.include_router(documents.router, responses=error_responses(401) if require_keys else None)
     app.include_router(health.router)
+    app.include_router(web.router)
     return app
