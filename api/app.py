@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from api.auth import KEYLESS_TENANT
 from api.deps import Services
 from api.errors import error_responses, install_error_handlers
+from api.metrics import install_metrics
 from api.routes import documents, health, web
 from pipeline.config import Settings
 from pipeline.db.session import create_db_engine
@@ -40,6 +41,7 @@ def create_app(settings: Settings, dispatcher: Dispatcher, require_keys: bool = 
 
     app = FastAPI(title="Quire", version="1", description=DESCRIPTION, lifespan=lifespan)
     app.state.services = Services(settings, db, LocalBlobStore(settings.blob_dir), dispatcher)
+    install_metrics(app, app.state.services)
     app.state.require_keys, app.state.tenant = require_keys, tenant
     install_error_handlers(app)
     app.include_router(documents.router, responses=error_responses(401) if require_keys else None)

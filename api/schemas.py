@@ -101,4 +101,5 @@ class PageResult(BaseModel):
 
 
 class Health(BaseModel):
-    status: Literal["ok"]
+    status: Literal["ok", "unavailable"]
+    problems: list[str] = Field(default_factory=list, description="what did not answer, when not ok")

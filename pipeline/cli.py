@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from .account_commands import add_account_parsers, keys, tenants
 from .config import get_settings
+from .logs import configure_logging
 
 if TYPE_CHECKING:
     from .documents.layout import LayoutBackend
@@ -225,6 +226,7 @@ def _serve(args: argparse.Namespace) -> int:
     from .storage import LocalBlobStore
 
     settings = get_settings()
+    configure_logging(settings.log_format)
     require_keys = keys_required(settings.api_keys, args.host)
     print(startup_notice(settings.api_keys, args.host), file=sys.stderr, flush=True)
     upgrade_to_head(settings.database_url)
@@ -232,7 +234,8 @@ def _serve(args: argparse.Namespace) -> int:
     if settings.broker_url:
         from workers.celery_app import CeleryDispatcher, app
 
-        uvicorn.run(create_app(settings, CeleryDispatcher(app), require_keys), host=args.host, port=args.port)
+        uvicorn.run(create_app(settings, CeleryDispatcher(app), require_keys), host=args.host, port=args.port,
+                    log_config=None)
         return 0
     from workers.embedded import EmbeddedWorkers
     from workers.engine_host import EngineHost
@@ -248,7 +251,7 @@ def _serve(args: argparse.Namespace) -> int:
     workers = EmbeddedWorkers(settings, db, blobs, host, settings.cpu_threads, settings.gpu_threads)
     try:
         workers.resume()
-        uvicorn.run(create_app(settings, workers, require_keys), host=args.host, port=args.port)
+        uvicorn.run(create_app(settings, workers, require_keys), host=args.host, port=args.port, log_config=None)
     finally:
         workers.close()
         host.close()
@@ -261,6 +264,7 @@ def _worker(args: argparse.Namespace) -> int:
     if not settings.broker_url:
         print("error: QUIRE_BROKER_URL is not set; `quire serve` alone runs the embedded mode", file=sys.stderr)
         return 2
+    configure_logging(settings.log_format, args.loglevel)
     from .db.migrate import upgrade_to_head
 
     upgrade_to_head(settings.database_url)
@@ -268,11 +272,26 @@ def _worker(args: argparse.Namespace) -> int:
 
     queues = [queue.strip() for queue in args.queues.split(",") if queue.strip()]
     pool = "threads" if "gpu" in queues else "prefork"
+    if settings.metrics_port and "gpu" in queues:
+        _serve_engine_metrics(settings.metrics_port)
     concurrency = args.concurrency or (settings.gpu_threads if "gpu" in queues else None)
     argv = ["worker", "--queues", ",".join(queues), "--pool", pool, "--loglevel", args.loglevel,
             "--hostname", f"quire-{'-'.join(queues)}@%h"]
     app.worker_main(argv + (["--concurrency", str(concurrency)] if concurrency else []))
     return 0
+
+
+def _serve_engine_metrics(port: int) -> None:
+    """The GPU worker's engine counters on http://0.0.0.0:port/metrics (the API cannot see another process's)."""
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    from workers.tasks import context
+
+    from .metrics import EngineCollector
+
+    registry = CollectorRegistry()
+    registry.register(EngineCollector(lambda: context().recognition.stats()))
+    start_http_server(port, registry=registry)
 
 
 def _migrate(args: argparse.Namespace) -> int:

@@ -37,6 +37,8 @@ class Settings(BaseSettings):
     broker_url: str = ""  # redis://host:6379/0: the distributed mode (Celery); empty: the embedded mode
     cpu_threads: int = 2  # embedded mode: threads for ingest, render and layout
     gpu_threads: int = 4  # embedded mode: recognize tasks in flight at once, all feeding the one engine
+    log_format: Literal["json", "text"] = "json"  # `quire serve` / `quire worker` logs: one JSON object a line
+    metrics_port: int = 0  # a worker serves its engine's Prometheus metrics on this port; 0: none
     # API keys: auto = required unless `quire serve` listens on a loopback address only; required; off
     api_keys: ApiKeysMode = "auto"
 

@@ -37,6 +37,11 @@ class EngineHost:
                                                       dtype=self.settings.dtype, max_num_seqs=self.max_num_seqs)
             return self._engine
 
+    def stats(self) -> dict[str, int] | None:
+        """The engine's counters, or None before it is loaded (a scrape never loads it)."""
+        engine = self._engine
+        return None if engine is None else engine.stats()
+
     def recognizer(self, tenant: str) -> Recognizer:
         return EngineRecognizer(self.engine, self.settings.max_tokens, cache_salt=tenant)
 

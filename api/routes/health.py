@@ -1,11 +1,13 @@
-"""Liveness that means something: the process answers and its database does too."""
+"""Health for people and for orchestrators: /health and /readyz ask the database (and the broker, when there is
+one); /healthz only says the process answers, so a database outage does not get every API process restarted."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import redis
+from fastapi import APIRouter, Response
 from sqlalchemy import text
 
-from api.deps import ServicesDep
+from api.deps import Services, ServicesDep
 from api.schemas import Health
 
 router = APIRouter(tags=["health"])
@@ -16,3 +18,37 @@ def health(services: ServicesDep) -> Health:
     with services.db.connect() as connection:
         connection.execute(text("SELECT 1"))
     return Health(status="ok")
+
+
+@router.get("/healthz", response_model=Health)
+def healthz() -> Health:
+    return Health(status="ok")
+
+
+@router.get("/readyz", response_model=Health, responses={503: {"model": Health}})
+def readyz(services: ServicesDep, response: Response) -> Health:
+    """Ready when the database and (in the distributed mode) the broker answer; 503 with what failed otherwise."""
+    problems = [problem for check in (_database, _broker) if (problem := check(services))]
+    if problems:
+        response.status_code = 503
+        return Health(status="unavailable", problems=problems)
+    return Health(status="ok")
+
+
+def _database(services: Services) -> str | None:
+    try:
+        with services.db.connect() as connection:
+            connection.execute(text("SELECT 1"))
+    except Exception as exc:
+        return f"database: {type(exc).__name__}: {exc}"
+    return None
+
+
+def _broker(services: Services) -> str | None:
+    if not services.settings.broker_url:
+        return None
+    try:
+        redis.Redis.from_url(services.settings.broker_url, socket_timeout=2, socket_connect_timeout=2).ping()
+    except Exception as exc:
+        return f"broker: {type(exc).__name__}: {exc}"
+    return None

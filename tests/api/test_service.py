@@ -9,7 +9,7 @@ from tests.api.test_upload import assert_error
 
 def test_health_answers_after_asking_the_database(client: TestClient) -> None:
     response = client.get("/health")
-    assert response.status_code == 200 and response.json() == {"status": "ok"}
+    assert response.status_code == 200 and response.json()["status"] == "ok"
 
 
 def test_openapi_lists_every_route_and_describes_the_multipart_upload(client: TestClient) -> None:
