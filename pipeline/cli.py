@@ -20,6 +20,14 @@ if TYPE_CHECKING:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    commands = {"demo": _demo, "recognize": _recognize, "engine": _serve_engine, "process": _process,
+                "migrate": _migrate, "serve": _serve, "worker": _worker, "keys": keys, "tenants": tenants}
+    return commands[args.command](args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Every `quire` command with its options; tests/test_deploy.py checks docker-compose.yml's commands by it."""
     parser = argparse.ArgumentParser(prog="quire", description="Document OCR on PaddleOCR-VL")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="recognise a sample image with a tiny random checkpoint")
@@ -45,10 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("migrate", help="create or upgrade the database (QUIRE_DATABASE_URL) to the newest schema")
     _add_service_parsers(commands)
     add_account_parsers(commands)
-    args = parser.parse_args(argv)
-    commands = {"demo": _demo, "recognize": _recognize, "engine": _serve_engine, "process": _process,
-                "migrate": _migrate, "serve": _serve, "worker": _worker, "keys": keys, "tenants": tenants}
-    return commands[args.command](args)
+    return parser
 
 
 def _add_process_parser(commands: argparse._SubParsersAction) -> None:
