@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pipeline.storage import BlobTooLarge
+from pipeline.webhooks import CallbackRefused
 
 # Codes for FastAPI's and Starlette's own HTTP errors; anything else is `http_error`.
 _HTTP_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "file_too_large"}
@@ -53,6 +54,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(BlobTooLarge, _blob_too_large)
+    app.add_exception_handler(CallbackRefused, _callback_refused)
 
 
 async def _api_error(_request: Request, exc: Exception) -> JSONResponse:
@@ -74,6 +76,11 @@ async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
 async def _blob_too_large(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, BlobTooLarge)
     return error_response(413, exc.code, str(exc))
+
+
+async def _callback_refused(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, CallbackRefused)
+    return error_response(422, exc.code, str(exc))
 
 
 def validation_message(errors: Any) -> str:

@@ -72,6 +72,7 @@ def upgrade() -> None:
     sa.Column('succeeded', sa.Boolean(), nullable=False),
     sa.Column('duration_ms', sa.Float(), nullable=True),
     sa.Column('next_attempt_at', sa.DateTime(timezone=True), nullable=True),
+    sa.Column('attempted_at', sa.DateTime(timezone=True), nullable=True),
     sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
     sa.ForeignKeyConstraint(['batch_id'], ['batches.id'], name=op.f('fk_webhook_deliveries_batch_id_batches'),
                             ondelete='CASCADE'),

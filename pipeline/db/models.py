@@ -291,4 +291,7 @@ class WebhookDelivery(Base):
     succeeded: Mapped[bool] = mapped_column(default=False)
     duration_ms: Mapped[float | None] = mapped_column(Float)
     next_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime)  # None: no retry follows this one
+    # A row is written when its attempt is scheduled (created_at) and completed once the attempt is made; None:
+    # not made yet. The row of attempt 1 is written with the event, so the stage that sends it reads it there.
+    attempted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
