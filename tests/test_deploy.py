@@ -1,0 +1,135 @@
+"""docker-compose.yml and the Dockerfile, checked without a Docker engine: the stack is the distributed mode
+(Postgres, Redis, a one-shot migration, the API, a CPU and a GPU worker), every process runs a command the `quire`
+CLI accepts, every QUIRE_* variable is a Settings field with a valid value, nothing starts before the schema is
+migrated, the GPU worker gets an NVIDIA GPU and a kept model cache, and the API and the workers share one blob
+store."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pipeline.cli import build_parser
+from pipeline.config import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
+QUIRE = {"migrate": ["migrate"], "api": ["serve"], "worker-cpu": ["worker"], "worker-gpu": ["worker"]}
+AFTER_MIGRATION = ("api", "worker-cpu", "worker-gpu")
+
+
+def dockerfile() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) in order, continuation lines joined and comments left out."""
+    text = re.sub(r"\\\n", " ", (ROOT / "Dockerfile").read_text())
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in lines]
+
+
+def instruction(name: str) -> list[str]:
+    return [arguments for found, arguments in dockerfile() if found == name]
+
+
+def image_environment() -> dict[str, str]:
+    pairs = " ".join(instruction("ENV")).split()
+    return dict(pair.split("=", 1) for pair in pairs)
+
+
+def argv(service: str) -> list[str]:
+    """The process a service runs: the image's ENTRYPOINT followed by the service's command."""
+    return json.loads(instruction("ENTRYPOINT")[-1]) + SERVICES[service]["command"]
+
+
+def parse(arguments: list[str]) -> argparse.Namespace:
+    try:
+        return build_parser().parse_args(arguments)
+    except SystemExit:
+        pytest.fail(f"`quire` refuses {arguments}")
+
+
+def environment(service: str) -> dict[str, str]:
+    """What the service's process sees: the image's ENV overlaid with the service's environment."""
+    return image_environment() | {key: str(value) for key, value in SERVICES[service].get("environment", {}).items()}
+
+
+def mounts(service: str) -> dict[str, str]:
+    """Mount target → named volume or host path."""
+    return {entry.split(":")[1]: entry.split(":")[0] for entry in SERVICES[service].get("volumes", [])}
+
+
+def test_the_stack_is_the_distributed_mode() -> None:
+    assert set(SERVICES) == {"postgres", "redis", *QUIRE}
+    assert SERVICES["postgres"]["image"].startswith("postgres:") and SERVICES["redis"]["image"].startswith("redis:")
+    for name in QUIRE:
+        assert SERVICES[name]["build"] == "." and SERVICES[name]["image"] == "quire"
+
+
+@pytest.mark.parametrize("service", QUIRE)
+def test_every_quire_service_runs_a_real_quire_command(service: str) -> None:
+    program, *arguments = argv(service)
+    assert program == "quire"
+    assert [parse(arguments).command] == QUIRE[service]
+
+
+def test_the_api_listens_for_other_containers_and_the_workers_take_their_queues() -> None:
+    api = parse(argv("api")[1:])
+    assert (api.host, api.port) == ("0.0.0.0", 8080) and "8080:8080" in SERVICES["api"]["ports"]
+    assert parse(argv("worker-cpu")[1:]).queues == "cpu" and parse(argv("worker-gpu")[1:]).queues == "gpu"
+
+
+@pytest.mark.parametrize("service", QUIRE)
+def test_every_quire_variable_is_a_setting_with_a_valid_value(service: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    variables = {key: value for key, value in environment(service).items() if key.startswith("QUIRE_")}
+    unknown = {key for key in variables if key.removeprefix("QUIRE_").lower() not in Settings.model_fields}
+    assert not unknown, f"{service} sets variables Settings does not read: {sorted(unknown)}"
+    for key, value in variables.items():
+        monkeypatch.setenv(key, value)
+    settings = Settings(_env_file=None)
+    assert settings.database_url == "postgresql+psycopg://quire:quire@postgres:5432/quire"
+    postgres = SERVICES["postgres"]["environment"]
+    assert (postgres["POSTGRES_USER"], postgres["POSTGRES_PASSWORD"], postgres["POSTGRES_DB"]) == ("quire",) * 3
+    assert settings.broker_url.startswith("redis://redis:6379/")
+
+
+def test_nothing_starts_before_the_schema_is_migrated() -> None:
+    assert SERVICES["migrate"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert SERVICES["migrate"]["restart"] == "no"  # one-shot: a finished migration is not started again
+    assert "healthcheck" in SERVICES["postgres"] and "healthcheck" in SERVICES["redis"]
+    for service in AFTER_MIGRATION:
+        depends_on = SERVICES[service]["depends_on"]
+        assert depends_on["migrate"]["condition"] == "service_completed_successfully"
+        assert depends_on["redis"]["condition"] == "service_healthy"
+
+
+def test_the_gpu_worker_gets_an_nvidia_gpu_and_a_kept_model_cache() -> None:
+    devices = SERVICES["worker-gpu"]["deploy"]["resources"]["reservations"]["devices"]
+    assert any(device["driver"] == "nvidia" and "gpu" in device["capabilities"] for device in devices)
+    env = environment("worker-gpu")
+    assert env["QUIRE_DEVICE"] == "cuda"
+    cache = next(volume for target, volume in mounts("worker-gpu").items()
+                 if Path(env["HF_HOME"]).is_relative_to(target))
+    assert cache in COMPOSE["volumes"]  # a named volume: downloads survive the container
+    assert "deploy" not in SERVICES["worker-cpu"] and environment("worker-cpu").get("QUIRE_DEVICE", "cpu") == "cpu"
+
+
+def test_the_api_and_the_workers_share_one_blob_volume() -> None:
+    shared = {(environment(service)["QUIRE_BLOB_DIR"], mounts(service).get(environment(service)["QUIRE_BLOB_DIR"]))
+              for service in AFTER_MIGRATION}
+    assert len(shared) == 1
+    (_, volume), = shared
+    assert volume in COMPOSE["volumes"]
+
+
+def test_the_image_installs_the_project_and_runs_quire() -> None:
+    copied = {source for arguments in instruction("COPY") for source in arguments.split()[:-1]}
+    assert {"pyproject.toml", "README.md", "pipeline", "workers", "api", "migrations"} <= copied
+    assert any(re.search(r"pip install .*-e \.(\s|$)", arguments) for arguments in instruction("RUN")), \
+        "editable: migrations/ is found beside the installed package"
+    assert json.loads(instruction("ENTRYPOINT")[-1]) == ["quire"]
+    assert parse(json.loads(instruction("CMD")[-1])).command == "serve"
