@@ -4,6 +4,9 @@ Postgres, the real Redis and real Celery workers). Both run on the session's tin
 
 Redis is the one at 127.0.0.1:6379 that `.ci/run` starts; each run takes a numbered Redis database of its own
 and empties it first, so a stale queue from an aborted run cannot leak in.
+
+The embedded service runs as a first-time user runs it, on 127.0.0.1 without API keys; the distributed one requires
+keys (QUIRE_API_KEYS=required), made by `quire keys create` for two tenants, so every test there goes through them.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -34,6 +37,19 @@ class Service:
     url: str
     database_url: str
     logs: list[Path]
+    env: dict[str, str] = field(default_factory=dict, repr=False)  # the QUIRE_* settings its processes run with
+    keys: dict[str, str] = field(default_factory=dict)  # tenant → API key; empty when the service needs no keys
+
+    def headers(self, tenant: str = "acme") -> dict[str, str]:
+        """What a request acting for tenant sends: its key, or nothing where the service runs without keys."""
+        return {"Authorization": f"Bearer {self.keys[tenant]}"} if self.keys else {}
+
+    def quire(self, *args: str) -> str:
+        """Run a `quire` command on this service's database and settings; its stdout."""
+        done = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], env=self.env, capture_output=True,
+                              text=True, timeout=120, check=False, cwd=Path(__file__).resolve().parents[2])
+        assert done.returncode == 0, done.stderr
+        return done.stdout
 
     def tail(self) -> str:
         """The end of every process's log, for a failure message."""
@@ -115,8 +131,9 @@ def embedded(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path, pr
     """`quire serve` with nothing configured but the model: SQLite and blobs under its cache directory."""
     root = tmp_path_factory.mktemp("embedded")
     port = free_port()
-    service = Service(f"http://127.0.0.1:{port}", f"sqlite:///{root / 'quire.db'}", [root / "serve.log"])
-    start(processes, service.logs[0], quire_env(root, tiny_checkpoint), "serve", "--port", str(port))
+    service = Service(f"http://127.0.0.1:{port}", f"sqlite:///{root / 'quire.db'}", [root / "serve.log"],
+                      quire_env(root, tiny_checkpoint))
+    start(processes, service.logs[0], service.env, "serve", "--port", str(port))
     wait_for_health(service, processes)
     return service
 
@@ -124,13 +141,17 @@ def embedded(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path, pr
 @pytest.fixture(scope="module")
 def distributed(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path, redis_url: str,
                 processes) -> Iterator[Service]:
-    """`quire serve` (the API alone), a CPU worker (prefork, two processes) and a GPU worker (two threads)."""
+    """`quire serve` (the API alone, keys required), a CPU worker (prefork, two processes) and a GPU worker (two
+    threads); tenants `acme` and `globex` have a key each."""
     root = tmp_path_factory.mktemp("distributed")
     port = free_port()
     with scratch_database("quire_service") as database_url:
-        env = quire_env(root, tiny_checkpoint, QUIRE_DATABASE_URL=database_url, QUIRE_BROKER_URL=redis_url)
+        env = quire_env(root, tiny_checkpoint, QUIRE_DATABASE_URL=database_url, QUIRE_BROKER_URL=redis_url,
+                        QUIRE_API_KEYS="required")
         service = Service(f"http://127.0.0.1:{port}", database_url,
-                          [root / "serve.log", root / "cpu.log", root / "gpu.log"])
+                          [root / "serve.log", root / "cpu.log", root / "gpu.log"], env)
+        service.keys = {tenant: service.quire("keys", "create", "--tenant", tenant).strip()
+                        for tenant in ("acme", "globex")}
         start(processes, service.logs[0], env, "serve", "--port", str(port))
         start(processes, service.logs[1], env, "worker", "--queues", "cpu", "--concurrency", "2")
         start(processes, service.logs[2], env, "worker", "--queues", "gpu", "--concurrency", "2")

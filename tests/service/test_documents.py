@@ -21,7 +21,7 @@ FINAL = {"succeeded", "partial", "failed", "canceled"}
 
 def upload(service: Service, data: bytes, name: str, **fields: str) -> dict[str, Any]:
     response = httpx.post(f"{service.url}/v1/documents", files={"file": (name, data, "application/octet-stream")},
-                          data=fields, timeout=30)
+                          data=fields, headers=service.headers(), timeout=30)
     assert response.status_code in (200, 202), response.text
     return response.json()
 
@@ -29,7 +29,7 @@ def upload(service: Service, data: bytes, name: str, **fields: str) -> dict[str,
 def wait_until_final(service: Service, document_id: str, timeout_s: float = 90.0) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        status = httpx.get(f"{service.url}/v1/documents/{document_id}", timeout=10).json()
+        status = httpx.get(f"{service.url}/v1/documents/{document_id}", headers=service.headers(), timeout=10).json()
         if status["status"] in FINAL:
             return status
         time.sleep(0.1)
@@ -37,7 +37,8 @@ def wait_until_final(service: Service, document_id: str, timeout_s: float = 90.0
 
 
 def result(service: Service, document_id: str, kind: str) -> httpx.Response:
-    response = httpx.get(f"{service.url}/v1/documents/{document_id}/result", params={"format": kind}, timeout=10)
+    response = httpx.get(f"{service.url}/v1/documents/{document_id}/result", params={"format": kind},
+                         headers=service.headers(), timeout=10)
     assert response.status_code == 200, response.text
     return response
 
@@ -71,7 +72,8 @@ def test_the_same_upload_twice_is_one_document(service):
     data = one_page_pdf("twice")
     first, second = upload(service, data, "a.pdf"), upload(service, data, "b.pdf")
     assert first["id"] == second["id"]
-    listed = httpx.get(f"{service.url}/v1/documents", params={"limit": 200}, timeout=10).json()
+    listed = httpx.get(f"{service.url}/v1/documents", params={"limit": 200}, headers=service.headers(),
+                       timeout=10).json()
     assert [item["id"] for item in listed["items"]].count(first["id"]) == 1
 
 
@@ -80,7 +82,7 @@ def test_twenty_documents_uploaded_at_once_all_succeed_with_one_row_per_region(s
     uploads = [(f"doc-{i}.pdf", one_page_pdf(f"Document number {i}", pages=1 + i % 2)) for i in range(20)]
 
     async def upload_all() -> list[dict[str, Any]]:
-        async with httpx.AsyncClient(base_url=service.url, timeout=60) as client:
+        async with httpx.AsyncClient(base_url=service.url, headers=service.headers(), timeout=60) as client:
             responses = await asyncio.gather(*(client.post("/v1/documents", files={"file": (name, data)})
                                                for name, data in uploads))
         assert all(response.status_code == 202 for response in responses), [r.text for r in responses]
