@@ -3,12 +3,15 @@ a PDF through the file input, watch the progress reach the end, then see every p
 beside its recognised text. The screenshot is kept for a person to look at; its path is printed.
 
 The service runs embedded on the tiny checkpoint, with the PDF's own text for its text regions
-(QUIRE_TEXT_LAYER=auto), so the text beside each page is the page's real text rather than the tiny model's noise.
+(QUIRE_TEXT_LAYER=auto), so the text beside each page is the page's real text rather than the tiny model's noise,
+and it requires API keys, so the page's key field is part of what is tested.
 """
 
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,14 +39,25 @@ INSTALL = "apt-get update && apt-get install -y chromium chromium-driver"
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path, processes) -> Service:
+def environment(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> dict[str, str]:
     root = tmp_path_factory.mktemp("web")
-    port = free_port()
+    return quire_env(root, tiny_checkpoint, QUIRE_TEXT_LAYER="auto", QUIRE_DPI="72", QUIRE_API_KEYS="required")
+
+
+@pytest.fixture(scope="module")
+def service(environment: dict[str, str], processes) -> Service:
+    root, port = Path(environment["QUIRE_CACHE_DIR"]), free_port()
     service = Service(f"http://127.0.0.1:{port}", f"sqlite:///{root / 'quire.db'}", [root / "serve.log"])
-    env = quire_env(root, tiny_checkpoint, QUIRE_TEXT_LAYER="auto", QUIRE_DPI="72")
-    start(processes, service.logs[0], env, "serve", "--port", str(port))
+    start(processes, service.logs[0], environment, "serve", "--port", str(port))
     wait_for_health(service, processes)
     return service
+
+
+@pytest.fixture(scope="module")
+def api_key(service: Service, environment: dict[str, str]) -> str:
+    created = subprocess.run([sys.executable, "-m", "pipeline.cli", "keys", "create", "--tenant", "web"],
+                             env=environment, capture_output=True, text=True, check=True)
+    return created.stdout.strip()
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +74,22 @@ def browser() -> Iterator[WebDriver]:
     browser.quit()
 
 
-def test_upload_progress_and_pages_with_their_boxes_and_text(browser: WebDriver, service: Service,
+def test_without_its_key_the_page_says_the_upload_was_refused(browser: WebDriver, service: Service) -> None:
+    browser.get(f"{service.url}/")
+    browser.execute_script("sessionStorage.clear()")
+    browser.find_element(By.ID, "file").send_keys(str(PDF))
+    browser.find_element(By.ID, "submit").click()
+    WebDriverWait(browser, 30).until(lambda b: b.find_element(By.ID, "status").get_attribute("data-status"))
+    assert browser.find_element(By.ID, "status").get_attribute("data-status") == "error"
+    assert browser.find_element(By.ID, "status-error").text.startswith("401 unauthorized")
+
+
+def test_upload_progress_and_pages_with_their_boxes_and_text(browser: WebDriver, service: Service, api_key: str,
                                                              tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     browser.get(f"{service.url}/")
+    browser.find_element(By.ID, "api-key").send_keys(api_key)
+    browser.refresh()  # the key is kept for the tab and sent from then on
+    assert browser.find_element(By.ID, "api-key").get_attribute("value") == api_key
     browser.execute_script(SEEN_STATUSES)
     browser.find_element(By.ID, "file").send_keys(str(PDF))
     browser.find_element(By.ID, "submit").click()
