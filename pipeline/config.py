@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 ApiKeysMode = Literal["auto", "required", "off"]
 
@@ -31,6 +31,10 @@ class Settings(BaseSettings):
     pages_in_flight: int = 16  # pages rendered ahead while the engine recognises earlier ones
     max_upload_bytes: int = 200 * 1024 * 1024  # an upload past this is refused while it streams in
     max_pages: int = 2000  # a document with more pages fails with `too_many_pages`
+    # batches (POST /v1/batches): a request's files, or its one archive's entries of any kind, at most
+    max_archive_members: int = 1000
+    max_archive_bytes: int = 2 << 30  # a batch's documents, decompressed, all together (and its request body)
+    max_compression_ratio: float = 100.0  # an archive decompressing past this ratio is refused as a bomb
     # service (database, blobs); empty means "under cache_dir", filled in below
     database_url: str = ""  # sqlite:///path or postgresql+psycopg://user@host/db
     blob_dir: Path | None = None  # uploaded files and page images by content address
@@ -41,6 +45,18 @@ class Settings(BaseSettings):
     metrics_port: int = 0  # a worker serves its engine's Prometheus metrics on this port; 0: none
     # API keys: auto = required unless `quire serve` listens on a loopback address only; required; off
     api_keys: ApiKeysMode = "auto"
+    # webhooks: hosts and networks a callback URL may reach although private or loopback (comma-separated)
+    webhook_allow: Annotated[list[str], NoDecode] = []
+    webhook_timeout_s: float = 10.0  # one delivery attempt's connect and read timeout
+    webhook_backoff_s: float = 2.0  # the first retry waits up to this, each later one up to twice the one before,
+    webhook_backoff_max_s: float = 1800.0  # but never more than this (below the broker's 3600 s visibility timeout)
+    webhook_retry_window_s: float = 86400.0  # no retry is scheduled past this long after the first attempt
+
+    @field_validator("webhook_allow", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        """QUIRE_WEBHOOK_ALLOW=127.0.0.1,10.0.0.0/8 rather than JSON."""
+        return [item.strip() for item in value.split(",") if item.strip()] if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _defaults_under_cache_dir(self) -> Settings:

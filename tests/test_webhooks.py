@@ -168,3 +168,9 @@ def test_the_request_goes_to_the_checked_address_and_still_names_the_host():
         assert post(url, BODY, {}, ["localhost"], timeout_s=5).succeeded
         (got,) = hooks.wait_for(1)
     assert got.headers["host"] == url.split("/")[2]
+
+
+def test_a_host_that_does_not_resolve_is_retried_dns_may_recover():
+    outcome = post("http://hooks.invalid/quire", BODY, {}, allow=[], timeout_s=5)
+    assert (outcome.succeeded, outcome.status_code, outcome.retry) == (False, None, True)
+    assert outcome.error and "does not resolve" in outcome.error

@@ -42,8 +42,17 @@ class CeleryDispatcher:
     def __init__(self, app: Celery) -> None:
         self.app = app
 
-    def send(self, stage: Stage, key: str | int) -> None:
-        self.app.send_task(task_name(stage), args=[key], queue=QUEUES[stage])
+    def send(self, stage: Stage, key: str | int, delay_s: float = 0.0) -> None:
+        self.app.send_task(task_name(stage), args=[key], queue=QUEUES[stage], countdown=delay_s or None)
+
+    def queue_depths(self) -> dict[str, int]:
+        """Messages waiting in each queue's Redis list (Celery's Redis transport keeps a queue as one list)."""
+        with self.app.connection_for_read() as connection:
+            client = connection.default_channel.client
+            return {queue: int(client.llen(queue)) for queue in sorted(set(QUEUES.values()))}
+
+    def engine_stats(self) -> dict[str, int] | None:
+        return None  # each GPU worker serves its engine's metrics itself (QUIRE_METRICS_PORT)
 
 
 app = create_celery(get_settings())

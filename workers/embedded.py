@@ -8,7 +8,9 @@ here lives in memory only; what the database says is unfinished is sent again wh
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy import Engine, select
@@ -17,8 +19,9 @@ from pipeline.config import Settings
 from pipeline.db.models import Document
 from pipeline.db.session import session_scope
 from pipeline.jobs.context import Context, RecognitionHost
+from pipeline.jobs.deliveries import resume_deliveries
 from pipeline.jobs.dispatch import QUEUES, Stage
-from pipeline.jobs.stages import STAGES
+from pipeline.jobs.stages import run_stage
 from pipeline.storage import BlobStore
 
 log = logging.getLogger(__name__)
@@ -33,28 +36,70 @@ class EmbeddedWorkers:
         self.context = Context(settings, db, blobs, self, recognition)
         self._pools = {"cpu": ThreadPoolExecutor(cpu_threads, thread_name_prefix="quire-cpu"),
                        "gpu": ThreadPoolExecutor(gpu_threads, thread_name_prefix="quire-gpu")}
+        self._waiting = Counter[str]()
+        self._lock = threading.Lock()
+        self._timers: set[threading.Thread] = set()  # sends waiting out their delay
+        self._timers_lock = threading.Lock()
+        self._closed = False
 
-    def send(self, stage: Stage, key: str | int) -> None:
+    def send(self, stage: Stage, key: str | int, delay_s: float = 0.0) -> None:
+        if delay_s > 0:
+            self._send_later(stage, key, delay_s)
+            return
+        with self._lock:
+            self._waiting[QUEUES[stage]] += 1
         self._pools[QUEUES[stage]].submit(self._run, stage, key)
 
+    def queue_depths(self) -> dict[str, int]:
+        with self._lock:
+            return {queue: self._waiting[queue] for queue in self._pools}
+
+    def engine_stats(self) -> dict[str, int] | None:
+        recognition = self.context.recognition
+        stats = getattr(recognition, "stats", None)
+        return stats() if stats is not None else None
+
     def resume(self) -> int:
-        """Send ingest again for every document not finished (ingest passes each page to where it stopped)."""
+        """Send ingest again for every document not finished (ingest passes each page to where it stopped), and
+        deliver for every webhook attempt still to make (their timers did not survive the restart)."""
         with session_scope(self.context.db) as session:
             unfinished = session.scalars(select(Document.id).where(Document.status.in_(("queued", "processing"))))
             ids = list(unfinished)
         for document_id in ids:
             self.send("ingest", document_id)
-        return len(ids)
+        return len(ids) + resume_deliveries(self.context.db, self)
 
     def close(self) -> None:
+        with self._timers_lock:
+            self._closed = True
+            for timer in self._timers:
+                timer.cancel()
         for pool in self._pools.values():
             pool.shutdown(wait=True, cancel_futures=True)
 
+    def _send_later(self, stage: Stage, key: str | int, delay_s: float) -> None:
+        timer = threading.Timer(delay_s, self._send_now, (stage, key))
+        timer.daemon = True
+        with self._timers_lock:
+            if self._closed:
+                return
+            self._timers.add(timer)
+        timer.start()
+
+    def _send_now(self, stage: Stage, key: str | int) -> None:
+        """A timer's send; under the lock close takes first, so nothing reaches a pool that is shutting down."""
+        with self._timers_lock:
+            self._timers.discard(threading.current_thread())
+            if not self._closed:
+                self.send(stage, key)
+
     def _run(self, stage: Stage, key: str | int) -> None:
+        with self._lock:
+            self._waiting[QUEUES[stage]] -= 1
         for attempt in range(RETRIES + 1):
             try:
-                STAGES[stage](self.context, key)
+                run_stage(self.context, stage, key)
                 return
-            except Exception:
-                log.exception("%s(%s) failed (attempt %d of %d)", stage, key, attempt + 1, RETRIES + 1)
+            except Exception:  # run_stage logged it with its traceback
+                log.warning("%s(%s) failed (attempt %d of %d)", stage, key, attempt + 1, RETRIES + 1)
                 time.sleep(0.5 * 2**attempt)

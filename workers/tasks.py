@@ -13,7 +13,7 @@ from pipeline.config import get_settings
 from pipeline.db.session import get_engine
 from pipeline.jobs.context import Context
 from pipeline.jobs.dispatch import Stage
-from pipeline.jobs.stages import STAGES
+from pipeline.jobs.stages import run_stage
 from pipeline.storage import LocalBlobStore
 from workers.celery_app import CeleryDispatcher, app, task_name
 from workers.engine_host import EngineHost
@@ -33,7 +33,7 @@ def context() -> Context:
 def _register(stage: Stage) -> Any:
     @app.task(name=task_name(stage), **RETRY)
     def run(key: str | int) -> None:
-        STAGES[stage](context(), key)
+        run_stage(context(), stage, key)
 
     return run
 
@@ -42,3 +42,4 @@ ingest = _register("ingest")
 prepare = _register("prepare")
 recognize = _register("recognize")
 finalize = _register("finalize")
+deliver = _register("deliver")

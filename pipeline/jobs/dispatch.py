@@ -6,19 +6,34 @@ task per stage on the `cpu` or `gpu` queue) and under the embedded mode's in-pro
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
-Stage = Literal["ingest", "prepare", "recognize", "finalize"]
+Stage = Literal["ingest", "prepare", "recognize", "finalize", "deliver"]
 
-# ingest(document id) → prepare(page id) per page → recognize(page id) → finalize(document id) after the last page
-QUEUES: dict[Stage, str] = {"ingest": "cpu", "prepare": "cpu", "recognize": "gpu", "finalize": "cpu"}
+# ingest(document id) → prepare(page id) per page → recognize(page id) → finalize(document id) after the last page;
+# deliver(webhook delivery id) for each event a final document or batch announces, and again for each retry
+QUEUES: dict[Stage, str] = {"ingest": "cpu", "prepare": "cpu", "recognize": "gpu", "finalize": "cpu", "deliver": "cpu"}
 
 
 class Dispatcher(Protocol):
-    def send(self, stage: Stage, key: str | int) -> None:
-        """Run `stage` on `key` (a document id for ingest/finalize, a page id otherwise) later, on its queue.
+    def send(self, stage: Stage, key: str | int, delay_s: float = 0.0) -> None:
+        """Run `stage` on `key` (a document id for ingest/finalize, a page id otherwise) later, on its queue, and
+        not before delay_s seconds have passed (a webhook retry's backoff).
 
         Call it only after the transaction that made the work visible has committed: the worker that picks the
         task up reads that state from the database.
         """
+        ...
+
+
+@runtime_checkable
+class Observable(Protocol):
+    """A dispatcher that can say how much work waits (for /metrics)."""
+
+    def queue_depths(self) -> dict[str, int]:
+        """Tasks waiting per queue, not yet started."""
+        ...
+
+    def engine_stats(self) -> dict[str, int] | None:
+        """The in-process engine's counters; None when the engine lives elsewhere or is not loaded."""
         ...

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, wait
@@ -45,13 +46,17 @@ from pipeline.documents.process import (
 from pipeline.documents.recognize import Recognition, RecognitionTask, Recognizer
 from pipeline.documents.results import PageOutput, Problem, RegionOutput
 from pipeline.jobs.context import Context
+from pipeline.jobs.deliveries import deliver
 from pipeline.jobs.dispatch import Stage
+from pipeline.jobs.events import announce_document, send_deliveries
 from pipeline.jobs.intake import lock_blobs
 from pipeline.jobs.options import DocumentOptions
 from pipeline.jobs.rows import document_output, page_output, region_output, region_row
 
+log = logging.getLogger("quire.stages")
 FINAL_DOCUMENT = ("succeeded", "partial", "failed", "canceled")
 OPEN_PAGE = ("queued", "processing")
+KEY_FIELDS = {"ingest": "document_id", "prepare": "page_id", "recognize": "page_id", "finalize": "document_id"}
 CANCEL_POLL_S = 0.5  # how often a recognize task waiting on the engine looks for a cancel
 
 
@@ -172,9 +177,12 @@ def finalize_document(ctx: Context, document_id: str) -> None:
     with session_scope(ctx.db) as session:
         _keep_blobs(session, ctx, {result_key: results["json"], markdown_key: results["markdown"]})
         options = {key: value for key, value in document.options.items() if key != "password"}
-        session.execute(update(Document).where(Document.id == document_id, Document.status == "processing").values(
+        finished_now = session.execute(update(Document).where(
+            Document.id == document_id, Document.status == "processing").values(
             status=status, result_key=result_key, markdown_key=markdown_key, finished_at=finished,
-            timings=document.timings, options=options, updated_at=finished))
+            timings=document.timings, options=options, updated_at=finished)).rowcount == 1
+        announced = announce_document(session, document_id) if finished_now else []  # its events, recorded once
+    send_deliveries(ctx.dispatcher, announced)
 
 
 def _options(ctx: Context, document: Document) -> ProcessOptions:
@@ -356,5 +364,24 @@ def _json_bytes(value: dict[str, Any]) -> bytes:
 
 
 
+def run_stage(ctx: Context, stage: Stage, key: str | int) -> None:
+    """Run one stage and log it with its document or page id, its duration and how it ended (the one place both
+    the Celery tasks and the embedded workers go through)."""
+    fields: dict[str, Any] = {"stage": stage, KEY_FIELDS.get(stage, "key"): key}
+    started = time.perf_counter()
+    try:
+        STAGES[stage](ctx, key)
+    except Exception:
+        log.warning("%s %s raised", stage, key, extra={**fields, "outcome": "raised",
+                                                      "duration_ms": _since(started)}, exc_info=True)
+        raise
+    log.info("%s %s done", stage, key, extra={**fields, "outcome": "done", "duration_ms": _since(started)})
+
+
+def _since(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000.0, 1)
+
+
 STAGES: dict[Stage, Callable[[Context, Any], None]] = {
-    "ingest": ingest_document, "prepare": prepare_page, "recognize": recognize_page, "finalize": finalize_document}
+    "ingest": ingest_document, "prepare": prepare_page, "recognize": recognize_page, "finalize": finalize_document,
+    "deliver": deliver}

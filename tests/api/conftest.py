@@ -37,7 +37,7 @@ class RecordingDispatcher:
 
     sent: list[tuple[Stage, str | int]] = field(default_factory=list)
 
-    def send(self, stage: Stage, key: str | int) -> None:
+    def send(self, stage: Stage, key: str | int, delay_s: float = 0.0) -> None:
         self.sent.append((stage, key))
 
 

@@ -46,6 +46,18 @@ def test_a_pdf_goes_through_every_stage_and_its_result_is_what_quire_process_giv
         assert "password" not in session.get_one(Document, document.id).options
 
 
+def test_every_stage_logs_the_document_or_page_it_ran_on(service, caplog):
+    caplog.set_level("INFO", logger="quire.stages")
+    document_id = accept(service, FOUR_PAGES, "four.pdf")
+    wait_until_final(service, document_id)
+    time.sleep(0.2)  # finalize logs after it commits
+    ran = [(record.stage, getattr(record, "document_id", None), getattr(record, "page_id", None))
+           for record in caplog.records if record.name == "quire.stages" and record.outcome == "done"]
+    assert ("ingest", document_id, None) in ran and ("finalize", document_id, None) in ran
+    pages = {page_id for stage, _, page_id in ran if stage == "prepare"}
+    assert len(pages) == 4 and pages == {page_id for stage, _, page_id in ran if stage == "recognize"}
+
+
 def test_an_encrypted_pdf_fails_with_encrypted_and_opens_with_its_password(service):
     data = (CORPUS / ENCRYPTED).read_bytes()
     locked = wait_until_final(service, accept(service, data, "locked.pdf"))

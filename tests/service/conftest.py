@@ -30,6 +30,8 @@ from tests.conftest import scratch_database
 REDIS = "redis://127.0.0.1:6379"
 FAST = {"QUIRE_MAX_TOKENS": "4", "QUIRE_DPI": "40", "QUIRE_LAYOUT": "pdf", "QUIRE_TEXT_LAYER": "off",
         "QUIRE_GPU_THREADS": "2", "QUIRE_CPU_THREADS": "2"}
+# Webhook receivers in the tests listen on loopback, and retries come within a second.
+WEBHOOKS = {"QUIRE_WEBHOOK_ALLOW": "127.0.0.1", "QUIRE_WEBHOOK_BACKOFF_S": "0.2", "QUIRE_WEBHOOK_BACKOFF_MAX_S": "0.5"}
 
 
 @dataclass
@@ -147,7 +149,7 @@ def distributed(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path,
     port = free_port()
     with scratch_database("quire_service") as database_url:
         env = quire_env(root, tiny_checkpoint, QUIRE_DATABASE_URL=database_url, QUIRE_BROKER_URL=redis_url,
-                        QUIRE_API_KEYS="required")
+                        QUIRE_API_KEYS="required", **WEBHOOKS)
         service = Service(f"http://127.0.0.1:{port}", database_url,
                           [root / "serve.log", root / "cpu.log", root / "gpu.log"], env)
         service.keys = {tenant: service.quire("keys", "create", "--tenant", tenant).strip()
