@@ -12,9 +12,10 @@ comma-separated), `text_layer`, `password` and `callback_url`; any other field i
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import anyio
 from fastapi import Request
@@ -35,6 +36,8 @@ FLUSH_BYTES = 1 << 20  # file bytes collected before one write on a worker threa
 FILE_FIELD = "file"
 DEFAULT_FILENAME = "upload"
 
+R = TypeVar("R")
+
 
 @dataclass
 class ReceivedUpload:
@@ -45,7 +48,10 @@ class ReceivedUpload:
 
 
 @dataclass
-class _Part:
+class FormPart:
+    """One part of the form: its name, the client's file name, and its bytes buffered (an option field's value, or
+    a file's bytes not flushed yet)."""
+
     name: str = ""
     filename: str | None = None
     data: bytearray = field(default_factory=bytearray)
@@ -57,11 +63,16 @@ def too_large(max_bytes: int) -> ApiError:
 
 async def receive_upload(request: Request, blobs: BlobStore, max_bytes: int) -> ReceivedUpload:
     """Parse the request's multipart body as it streams in; raises ApiError (nothing kept) for a bad upload."""
+    return await receive_form(request, _Form(blobs, max_bytes), max_bytes)
+
+
+async def receive_form(request: Request, form: MultipartForm[R], max_bytes: int) -> R:
+    """Feed the request's body to form as it streams in, refusing a body of more than max_bytes (plus framing) by
+    its Content-Length or while it arrives; raises ApiError, having thrown away what the form kept, when it fails."""
     boundary = _boundary(request)
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > max_bytes + BODY_SLACK:
         raise too_large(max_bytes)  # refused before a byte is read
-    form = _Form(blobs, max_bytes)
     parser = MultipartParser(boundary, form.callbacks())
     received = 0
     try:
@@ -106,22 +117,19 @@ def _boundary(request: Request) -> bytes:
     return boundary
 
 
-class _Form:
-    """The parser's callbacks: option fields collected in memory, the file part fed to a blob writer.
+class MultipartForm(ABC, Generic[R]):
+    """The parser's callbacks: part headers read, option fields collected in memory, `file` parts handed to the
+    subclass (`_file_data`, `_file_end`), which `result` turns into what the endpoint reads.
 
     Callbacks run inside `parser.write` and must not block, so they only buffer; `flush` (awaited after each
     chunk) does the disk work on a worker thread.
     """
 
-    def __init__(self, blobs: BlobStore, max_bytes: int) -> None:
-        self._blobs, self._max_bytes = blobs, max_bytes
-        self._parts: list[_Part] = []
+    def __init__(self, max_parts: int = MAX_PARTS) -> None:
+        self._max_parts = max_parts
+        self._parts: list[FormPart] = []
         self._header: tuple[bytearray, bytearray] = (bytearray(), bytearray())
-        self._file: _Part | None = None
-        self._file_bytes = 0
-        self._media_type: str | None = None
-        self._file_done = self._ended = False
-        self._writer: BlobWriter | None = None
+        self._ended = False
 
     def callbacks(self) -> dict[str, Callable[..., None]]:
         return {"on_part_begin": self._part_begin, "on_header_field": self._header_field,
@@ -129,41 +137,42 @@ class _Form:
                 "on_headers_finished": self._headers_finished, "on_part_data": self._part_data,
                 "on_part_end": self._part_end, "on_end": self._end}
 
+    @abstractmethod
     async def flush(self) -> None:
-        """Write the file bytes collected so far, once they are a batch (or the file part is complete)."""
-        if self._media_type is None or self._file is None:
-            return
-        pending = self._file.data
-        if not pending or (len(pending) < FLUSH_BYTES and not self._file_done):
-            return
-        if self._writer is None:
-            self._writer = await anyio.to_thread.run_sync(self._blobs.writer, self._max_bytes)
-        batch = bytes(pending)
-        pending.clear()
-        await anyio.to_thread.run_sync(self._writer.write, batch)
+        """Write the file bytes collected so far where they go."""
 
-    async def result(self) -> ReceivedUpload:
-        if not self._ended:
-            raise ApiError(400, "malformed_body", "the multipart body ended before its closing boundary")
-        if self._file is None:
-            raise ApiError(422, "missing_file", f"the form has no `{FILE_FIELD}` part")
-        await self.flush()
-        assert self._writer is not None and self._media_type is not None  # a sniffed, complete file part
+    @abstractmethod
+    async def result(self) -> R:
+        """What the form held, once the body has ended; raises ApiError for a form that lacks something."""
+
+    @abstractmethod
+    async def abort(self) -> None:
+        """Throw away every byte kept so far (the request failed or went away)."""
+
+    @abstractmethod
+    def _file_data(self, part: FormPart, data: bytes) -> None:
+        ...
+
+    @abstractmethod
+    def _file_end(self, part: FormPart) -> None:
+        ...
+
+    def fields(self) -> dict[str, list[str]]:
+        """The option fields by name, each value as often as it was given."""
         fields: dict[str, list[str]] = {}
         for part in self._parts:
-            if part is not self._file:
+            if part.name != FILE_FIELD:
                 fields.setdefault(part.name, []).append(_text(part.data))
-        return ReceivedUpload(_filename(self._file.filename), self._media_type, self._writer, fields)
+        return fields
 
-    async def abort(self) -> None:
-        if self._writer is not None:
-            with anyio.CancelScope(shield=True):  # a canceled request (the client left) still removes its bytes
-                await anyio.to_thread.run_sync(self._writer.abort)
+    def _check_ended(self) -> None:
+        if not self._ended:
+            raise ApiError(400, "malformed_body", "the multipart body ended before its closing boundary")
 
     def _part_begin(self) -> None:
-        if len(self._parts) == MAX_PARTS:
-            raise ApiError(400, "malformed_body", f"the form has more than {MAX_PARTS} parts")
-        self._parts.append(_Part())
+        if len(self._parts) == self._max_parts:
+            raise ApiError(400, "malformed_body", f"the form has more than {self._max_parts} parts")
+        self._parts.append(FormPart())
 
     def _header_field(self, data: bytes, start: int, end: int) -> None:
         self._header[0].extend(data[start:end])
@@ -190,33 +199,80 @@ class _Form:
 
     def _part_data(self, data: bytes, start: int, end: int) -> None:
         part = self._parts[-1]
-        if part.name != FILE_FIELD:
-            if len(part.data) + end - start > FIELD_BYTES:
-                raise ApiError(422, "invalid_options", f"{part.name}: longer than {FIELD_BYTES} bytes")
-            part.data.extend(data[start:end])
+        if part.name == FILE_FIELD:
+            self._file_data(part, data[start:end])
             return
+        if len(part.data) + end - start > FIELD_BYTES:
+            raise ApiError(422, "invalid_options", f"{part.name}: longer than {FIELD_BYTES} bytes")
+        part.data.extend(data[start:end])
+
+    def _part_end(self) -> None:
+        part = self._parts[-1]
+        if part.name == FILE_FIELD:
+            self._file_end(part)
+
+    def _end(self) -> None:
+        self._ended = True
+
+
+class _Form(MultipartForm[ReceivedUpload]):
+    """One `file` part, its first bytes sniffed before anything is written, fed to a blob writer."""
+
+    def __init__(self, blobs: BlobStore, max_bytes: int) -> None:
+        super().__init__()
+        self._blobs, self._max_bytes = blobs, max_bytes
+        self._file: FormPart | None = None
+        self._file_bytes = 0
+        self._media_type: str | None = None
+        self._file_done = False
+        self._writer: BlobWriter | None = None
+
+    async def flush(self) -> None:
+        """Write the file bytes collected so far, once they are a batch (or the file part is complete)."""
+        if self._media_type is None or self._file is None:
+            return
+        pending = self._file.data
+        if not pending or (len(pending) < FLUSH_BYTES and not self._file_done):
+            return
+        if self._writer is None:
+            self._writer = await anyio.to_thread.run_sync(self._blobs.writer, self._max_bytes)
+        batch = bytes(pending)
+        pending.clear()
+        await anyio.to_thread.run_sync(self._writer.write, batch)
+
+    async def result(self) -> ReceivedUpload:
+        self._check_ended()
+        if self._file is None:
+            raise ApiError(422, "missing_file", f"the form has no `{FILE_FIELD}` part")
+        await self.flush()
+        assert self._writer is not None and self._media_type is not None  # a sniffed, complete file part
+        return ReceivedUpload(clean_filename(self._file.filename), self._media_type, self._writer, self.fields())
+
+    async def abort(self) -> None:
+        if self._writer is not None:
+            with anyio.CancelScope(shield=True):  # a canceled request (the client left) still removes its bytes
+                await anyio.to_thread.run_sync(self._writer.abort)
+
+    def _file_data(self, part: FormPart, data: bytes) -> None:
+        self._take(part)
+        self._file_bytes += len(data)
+        if self._file_bytes > self._max_bytes:
+            raise too_large(self._max_bytes)
+        part.data.extend(data)
+        if self._media_type is None and len(part.data) >= SNIFF_BYTES:
+            self._sniff(part.data)
+
+    def _file_end(self, part: FormPart) -> None:
+        self._take(part)  # an empty file part: no data callback ever ran
+        self._file_done = True
+        if self._media_type is None:
+            self._sniff(part.data)
+
+    def _take(self, part: FormPart) -> None:
         if self._file is None:
             self._file = part
         elif self._file is not part:
             raise ApiError(400, "malformed_body", f"the form has more than one `{FILE_FIELD}` part")
-        self._file_bytes += end - start
-        if self._file_bytes > self._max_bytes:
-            raise too_large(self._max_bytes)
-        part.data.extend(data[start:end])
-        if self._media_type is None and len(part.data) >= SNIFF_BYTES:
-            self._sniff(part.data)
-
-    def _part_end(self) -> None:
-        part = self._parts[-1]
-        if part.name == FILE_FIELD and self._file is None:
-            self._file = part  # an empty file part: no data callback ever ran
-        if part is self._file:
-            self._file_done = True
-            if self._media_type is None:
-                self._sniff(part.data)
-
-    def _end(self) -> None:
-        self._ended = True
 
     def _sniff(self, head: bytearray) -> None:
         if not head:
@@ -235,7 +291,7 @@ def _text(raw: bytes | bytearray) -> str:
         return bytes(raw).decode("latin-1")
 
 
-def _filename(raw: str | None) -> str:
+def clean_filename(raw: str | None) -> str:
     """The last path component, without control characters, at most 255 characters."""
     name = (raw or "").replace("\\", "/").rsplit("/", 1)[-1]
     name = "".join(character for character in name if character.isprintable())[:255]
