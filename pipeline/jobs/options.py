@@ -53,10 +53,12 @@ class DocumentOptions(BaseModel):
                         dpi=self.dpi or settings.dpi)
         return ProcessOptions(limits, regions, self.password, settings.pages_in_flight)
 
-    def dedup_key(self, tenant: str, sha256: str) -> str:
-        """Same tenant, same bytes and same (resolved) options → the same key; where results go is not part of it."""
+    def dedup_key(self, tenant: str, sha256: str, batch_id: str | None = None) -> str:
+        """Same tenant, same bytes and same (resolved) options → the same key; where results go is not part of it.
+        A batch's documents have keys of their own (`batch_id`): they repeat each other, never outside documents."""
         request = self.model_dump(exclude={"callback_url"})
-        canonical = json.dumps([tenant, sha256, request], sort_keys=True, separators=(",", ":"))
+        scope = [tenant, sha256, request] + ([batch_id] if batch_id is not None else [])
+        canonical = json.dumps(scope, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 
 
