@@ -103,3 +103,24 @@ class PageResult(BaseModel):
 class Health(BaseModel):
     status: Literal["ok", "unavailable"]
     problems: list[str] = Field(default_factory=list, description="what did not answer, when not ok")
+
+
+class DeliveryAttempt(BaseModel):
+    """One attempt to deliver one webhook event; an event's attempts share its delivery_id (Quire-Delivery)."""
+
+    delivery_id: str
+    event: str = Field(description="document.succeeded | document.partial | document.failed | document.canceled | "
+                                   "batch.finished")
+    url: str
+    attempt: int = Field(description="1 for the first try, then 2, 3, …")
+    status_code: int | None = Field(description="the receiver's answer; null when there was none")
+    error: str | None = Field(description="why the attempt failed; null when it succeeded or is not made yet")
+    succeeded: bool
+    duration_ms: float | None
+    next_attempt_at: datetime | None = Field(description="when the retry that follows this attempt is due; null: none")
+    attempted_at: datetime | None = Field(description="null while the attempt is scheduled and not made yet")
+    created_at: datetime
+
+
+class DeliveryList(BaseModel):
+    items: list[DeliveryAttempt] = Field(description="newest first")

@@ -12,6 +12,7 @@ holding it, after the document's rows are gone.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ from pipeline.db.models import Document, Page
 from pipeline.db.session import session_scope
 from pipeline.jobs.options import DocumentOptions
 from pipeline.storage import BlobStore, BlobWriter, StoredBlob
+from pipeline.webhooks import HostNotFound, check_url
 
 _LOCK_NAMESPACE = 0x51554952  # "QUIR": the first key of the two-key advisory locks on blobs
 _KEYS_PER_TRANSACTION = 100  # blob locks held at once by a delete (Postgres's lock table is shared and finite)
@@ -53,22 +55,28 @@ class _Upload:
     options: dict[str, Any]  # resolved
     dedup_key: str
     idempotency_key: str | None
+    batch_id: str | None
 
 
 def accept_upload(db: Engine, settings: Settings, tenant: str, filename: str, writer: BlobWriter,
-                  options: DocumentOptions, idempotency_key: str | None = None) -> Accepted:
+                  options: DocumentOptions, idempotency_key: str | None = None,
+                  batch_id: str | None = None) -> Accepted:
     """Keep the written blob and record its document, or find the document this upload repeats.
 
     An Idempotency-Key the tenant used before returns that key's document when the request is the same and raises
     IdempotencyConflict when it is not. Otherwise the same tenant, bytes and resolved options return the existing
     document (the unique dedup key settles concurrent identical uploads). The caller sends ingest for a created
     document only, after this returns (the row is committed by then). The writer is committed unless this raises;
-    then the caller aborts it.
+    then the caller aborts it. With `batch_id` the document is that batch's, and repeats only the batch's own
+    documents (see DocumentOptions.dedup_key). A callback URL Quire will not call raises CallbackRefused.
     """
+    if options.callback_url is not None:
+        with suppress(HostNotFound):  # a name DNS does not know yet is checked again at each delivery attempt
+            check_url(options.callback_url, settings.webhook_allow)
     blob = writer.finish()
     resolved = options.resolved(settings)
-    upload = _Upload(tenant, filename, blob, resolved.model_dump(), resolved.dedup_key(tenant, blob.key),
-                     idempotency_key)
+    upload = _Upload(tenant, filename, blob, resolved.model_dump(), resolved.dedup_key(tenant, blob.key, batch_id),
+                     idempotency_key, batch_id)
     with session_scope(db) as session:
         lock_blobs(session, [blob.key])
         existing = _existing(session, upload)
@@ -123,7 +131,7 @@ def _insert(session: Session, upload: _Upload) -> tuple[Document, bool]:
     """A new queued document; a concurrent twin that committed first (a unique key says so) is returned instead."""
     document = Document(tenant=upload.tenant, filename=upload.filename, sha256=upload.blob.key,
                         size_bytes=upload.blob.size, options=upload.options, dedup_key=upload.dedup_key,
-                        idempotency_key=upload.idempotency_key, status="queued")
+                        idempotency_key=upload.idempotency_key, batch_id=upload.batch_id, status="queued")
     try:
         with session.begin_nested():
             session.add(document)
