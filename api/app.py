@@ -15,7 +15,7 @@ from api.auth import KEYLESS_TENANT
 from api.deps import Services
 from api.errors import error_responses, install_error_handlers
 from api.metrics import install_metrics
-from api.routes import documents, health, web
+from api.routes import batches, deliveries, documents, health, web
 from pipeline.config import Settings
 from pipeline.db.session import create_db_engine
 from pipeline.jobs.dispatch import Dispatcher
@@ -45,6 +45,8 @@ def create_app(settings: Settings, dispatcher: Dispatcher, require_keys: bool = 
     app.state.require_keys, app.state.tenant = require_keys, tenant
     install_error_handlers(app)
     app.include_router(documents.router, responses=error_responses(401) if require_keys else None)
+    app.include_router(batches.router, responses=error_responses(401) if require_keys else None)
+    app.include_router(deliveries.router, responses=error_responses(401) if require_keys else None)
     app.include_router(health.router)
     app.include_router(web.router)
     return app
