@@ -125,7 +125,7 @@ def cancel(request: Request, services: ServicesDep, tenant: Tenant, document_id:
     """Stop the document's work: pages not started are skipped, its regions in the engine are aborted, and no
     result is written after this answers. Canceling a canceled document is fine; a finished one is a 409."""
     try:
-        document = cancel_document(services.db, tenant, document_id)
+        document = cancel_document(services.db, services.dispatcher, tenant, document_id)
     except NotCancelable as exc:
         raise ApiError(409, exc.code, str(exc)) from None
     if document is None:

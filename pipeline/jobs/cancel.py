@@ -11,6 +11,8 @@ from sqlalchemy import Engine, select
 
 from pipeline.db.models import Document, utcnow
 from pipeline.db.session import session_scope
+from pipeline.jobs.dispatch import Dispatcher
+from pipeline.jobs.events import announce_document, send_deliveries
 
 CANCELABLE = ("queued", "processing")
 
@@ -24,8 +26,9 @@ class NotCancelable(Exception):
         super().__init__(f"document {document_id} is already {status}")
 
 
-def cancel_document(db: Engine, tenant: str, document_id: str) -> Document | None:
-    """Mark the tenant's document canceled (again is fine); None when the tenant has no such document."""
+def cancel_document(db: Engine, dispatcher: Dispatcher, tenant: str, document_id: str) -> Document | None:
+    """Mark the tenant's document canceled (again is fine) and announce `document.canceled` to its webhook; None
+    when the tenant has no such document."""
     with session_scope(db) as session:
         document = session.scalars(select(Document).where(Document.id == document_id, Document.tenant == tenant)
                                    .with_for_update()).one_or_none()
@@ -36,4 +39,7 @@ def cancel_document(db: Engine, tenant: str, document_id: str) -> Document | Non
         document.status, document.finished_at = "canceled", utcnow()
         document.dedup_key = None  # a new upload of the same file is a new document
         document.options = {key: value for key, value in document.options.items() if key != "password"}
+        session.flush()
+        announced = announce_document(session, document_id)  # recorded with the status change, so exactly once
+    send_deliveries(dispatcher, announced)
     return document

@@ -86,3 +86,16 @@ def test_a_webhook_s_data_is_the_document_as_its_status_endpoint_shows_it(client
         data = document_summary(session, session.get_one(Document, document_id))
     as_json = DocumentStatus.model_validate({**data, "links": shown["links"]}).model_dump(mode="json")
     assert as_json == shown
+
+
+def test_a_cancel_announces_document_canceled_once(settings: Settings, db: Engine) -> None:
+    dispatcher = RecordingDispatcher()
+    allowing = settings.model_copy(update={"webhook_allow": ["127.0.0.1"]})
+    with TestClient(create_app(allowing, dispatcher, tenant="acme")) as client:
+        document_id = upload(client, corpus(), callback_url="http://127.0.0.1:9/hook").json()["id"]
+        assert client.post(f"/v1/documents/{document_id}/cancel").status_code == 200
+        assert client.post(f"/v1/documents/{document_id}/cancel").status_code == 200  # no second event
+    with session_scope(db) as session:
+        events = session.scalars(select(WebhookDelivery).where(WebhookDelivery.document_id == document_id)).all()
+    assert [(event.event, event.url) for event in events] == [("document.canceled", "http://127.0.0.1:9/hook")]
+    assert [key for stage, key, *_ in dispatcher.sent if stage == "deliver"] == [events[0].delivery_id]

@@ -121,7 +121,7 @@ def test_a_cancel_mid_recognition_aborts_the_engine_requests_and_no_region_row_c
         while not engine.sequences and time.monotonic() < deadline:
             time.sleep(0.01)
         assert engine.sequences, "no region reached the engine"
-        assert cancel_document(service.context.db, "acme", document_id).status == "canceled"
+        assert cancel_document(service.context.db, service, "acme", document_id).status == "canceled"
         rows = snapshot(service, document_id)
         deadline = time.monotonic() + 10
         while engine.sequences and time.monotonic() < deadline:  # the waiting recognize tasks abort them
