@@ -70,9 +70,10 @@ def quire_env(root: Path, model: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def processes() -> Iterator[list[subprocess.Popen]]:
-    """Started processes, stopped (TERM, then KILL) when the module is done."""
+    """Started processes, stopped (TERM, then KILL) when the session is done: the services start once and every
+    service test shares them (a start costs 10–60 s here)."""
     started: list[subprocess.Popen] = []
     yield started
     for process in started:
@@ -117,7 +118,7 @@ def wait_for_workers(broker_url: str, names: set[str], service: Service, timeout
     pytest.fail(f"workers {names} did not answer a ping in {timeout_s} s\n{service.tail()}")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def redis_url() -> str:
     url = f"{REDIS}/{random.randint(1, 15)}"
     client = redis.Redis.from_url(url)
@@ -128,7 +129,7 @@ def redis_url() -> str:
     return url
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def embedded(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path, processes) -> Service:
     """`quire serve` with nothing configured but the model: SQLite and blobs under its cache directory."""
     root = tmp_path_factory.mktemp("embedded")
@@ -140,7 +141,7 @@ def embedded(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path, pr
     return service
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def distributed(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path, redis_url: str,
                 processes) -> Iterator[Service]:
     """`quire serve` (the API alone, keys required), a CPU worker (prefork, two processes) and a GPU worker (two

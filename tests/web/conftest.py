@@ -1,3 +1,3 @@
-"""The browser tests start `quire serve` with the service suite's process machinery (stopped with the module)."""
+"""The browser tests start `quire serve` with the service suite's process machinery (stopped with the session)."""
 
 from tests.service.conftest import processes  # noqa: F401 - the fixture, shared rather than copied
