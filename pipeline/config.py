@@ -39,6 +39,9 @@ class Settings(BaseSettings):
     database_url: str = ""  # sqlite:///path or postgresql+psycopg://user@host/db
     blob_dir: Path | None = None  # uploaded files and page images by content address
     broker_url: str = ""  # redis://host:6379/0: the distributed mode (Celery); empty: the embedded mode
+    # a task unacknowledged this long is delivered again: how long a killed worker's tasks wait, and a bound every
+    # task (and every countdown, e.g. a webhook retry's) must stay under, or it is delivered twice while it waits
+    broker_visibility_timeout_s: float = 3600.0
     cpu_threads: int = 2  # embedded mode: threads for ingest, render and layout
     gpu_threads: int = 4  # embedded mode: recognize tasks in flight at once, all feeding the one engine
     log_format: Literal["json", "text"] = "json"  # `quire serve` / `quire worker` logs: one JSON object a line

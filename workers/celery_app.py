@@ -12,8 +12,6 @@ from celery import Celery
 from pipeline.config import Settings, get_settings
 from pipeline.jobs.dispatch import QUEUES, Stage
 
-VISIBILITY_TIMEOUT_S = 3600  # a task unacknowledged this long (its worker vanished) is delivered again
-
 
 def task_name(stage: Stage) -> str:
     return f"quire.{stage}"
@@ -29,7 +27,7 @@ def create_celery(settings: Settings) -> Celery:
         task_ignore_result=True,
         task_default_queue="cpu",
         task_routes={task_name(stage): {"queue": queue} for stage, queue in QUEUES.items()},
-        broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT_S},
+        broker_transport_options={"visibility_timeout": settings.broker_visibility_timeout_s},
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
     )
