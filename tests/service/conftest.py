@@ -86,10 +86,15 @@ def processes() -> Iterator[list[subprocess.Popen]]:
             process.wait()
 
 
-def start(processes: list[subprocess.Popen], log: Path, env: dict[str, str], *args: str) -> None:
+def start(processes: list[subprocess.Popen], log: Path, env: dict[str, str], *args: str,
+          new_session: bool = False) -> subprocess.Popen:
+    """`quire *args` in a subprocess logging to log; new_session puts it in a process group of its own, so a test
+    can kill it together with its children (a prefork worker's pool)."""
     with log.open("wb") as out:
         processes.append(subprocess.Popen([sys.executable, "-m", "pipeline.cli", *args], env=env, stdout=out,
-                                          stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[2]))
+                                          stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parents[2],
+                                          start_new_session=new_session))
+    return processes[-1]
 
 
 def wait_for_health(service: Service, processes: list[subprocess.Popen], timeout_s: float = 90.0) -> None:
