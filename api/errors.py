@@ -3,6 +3,10 @@
 Clients branch on `code`, which is stable; `message` is for people and may change. FastAPI's own errors (an unknown
 route, a wrong method, a malformed query parameter) are rewritten into the same shape, so a client needs one error
 parser for everything.
+
+A database that cannot be reached (restarting, failing over, refusing connections) is a 503
+`database_unavailable` with a Retry-After, never a 500: nothing the request did is half-kept (each write is one
+transaction, and an upload's blob is content-addressed, so the same upload retried later is accepted as new).
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from psycopg import OperationalError as PsycopgOperationalError
 from pydantic import BaseModel
+from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pipeline.storage import BlobTooLarge
@@ -20,6 +26,9 @@ from pipeline.webhooks import CallbackRefused
 
 # Codes for FastAPI's and Starlette's own HTTP errors; anything else is `http_error`.
 _HTTP_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "file_too_large"}
+# The database errors that mean "not reachable now, try again" rather than a bug
+DATABASE_UNAVAILABLE = (OperationalError, InterfaceError, DisconnectionError, PsycopgOperationalError)
+RETRY_AFTER_S = 5
 
 
 class ErrorDetail(BaseModel):
@@ -55,6 +64,8 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(BlobTooLarge, _blob_too_large)
     app.add_exception_handler(CallbackRefused, _callback_refused)
+    for error in DATABASE_UNAVAILABLE:
+        app.add_exception_handler(error, _database_unavailable)
 
 
 async def _api_error(_request: Request, exc: Exception) -> JSONResponse:
@@ -81,6 +92,12 @@ async def _blob_too_large(_request: Request, exc: Exception) -> JSONResponse:
 async def _callback_refused(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, CallbackRefused)
     return error_response(422, exc.code, str(exc))
+
+
+async def _database_unavailable(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, DATABASE_UNAVAILABLE)
+    return error_response(503, "database_unavailable", "the database is not reachable right now; retry later",
+                          {"Retry-After": str(RETRY_AFTER_S)})
 
 
 def validation_message(errors: Any) -> str:
