@@ -42,6 +42,10 @@ class Settings(BaseSettings):
     # a task unacknowledged this long is delivered again: how long a killed worker's tasks wait, and a bound every
     # task (and every countdown, e.g. a webhook retry's) must stay under, or it is delivered twice while it waits
     broker_visibility_timeout_s: float = 3600.0
+    # an unfinished document whose rows have not moved this long is taken for lost and sent again (the reaper);
+    # above the longest queue wait expected, or waiting documents are sent twice (harmless, wasted work)
+    reap_after_s: float = 900.0
+    reap_interval_s: float = 60.0  # how often the embedded workers, or one CPU worker, look for such documents
     cpu_threads: int = 2  # embedded mode: threads for ingest, render and layout
     gpu_threads: int = 4  # embedded mode: recognize tasks in flight at once, all feeding the one engine
     log_format: Literal["json", "text"] = "json"  # `quire serve` / `quire worker` logs: one JSON object a line

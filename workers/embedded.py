@@ -2,7 +2,8 @@
 
 `quire serve` without a broker uses this, so a single machine needs no Redis and no worker processes. Work sent
 here lives in memory only; what the database says is unfinished is sent again when the service starts
-(`resume`), and every stage is idempotent, so a restart loses no document.
+(`resume`), and every stage is idempotent, so a restart loses no document. While it runs, a thread reaps every
+QUIRE_REAP_INTERVAL_S (pipeline.jobs.reaper): a document whose work was lost anyway is sent again.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pipeline.db.session import session_scope
 from pipeline.jobs.context import Context, RecognitionHost
 from pipeline.jobs.deliveries import resume_deliveries
 from pipeline.jobs.dispatch import QUEUES, Stage
+from pipeline.jobs.reaper import reap
 from pipeline.jobs.stages import run_stage
 from pipeline.storage import BlobStore
 
@@ -41,6 +43,10 @@ class EmbeddedWorkers:
         self._timers: set[threading.Thread] = set()  # sends waiting out their delay
         self._timers_lock = threading.Lock()
         self._closed = False
+        self._stop = threading.Event()
+        self._reaper = threading.Thread(target=self._reap_every, args=(settings.reap_interval_s,), daemon=True,
+                                        name="quire-reaper")
+        self._reaper.start()
 
     def send(self, stage: Stage, key: str | int, delay_s: float = 0.0) -> None:
         if delay_s > 0:
@@ -70,12 +76,21 @@ class EmbeddedWorkers:
         return len(ids) + resume_deliveries(self.context.db, self)
 
     def close(self) -> None:
+        self._stop.set()
+        self._reaper.join()
         with self._timers_lock:
             self._closed = True
             for timer in self._timers:
                 timer.cancel()
         for pool in self._pools.values():
             pool.shutdown(wait=True, cancel_futures=True)
+
+    def _reap_every(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            try:
+                reap(self.context, self.context.settings.reap_after_s)
+            except Exception:  # the database busy or away: the next round tries again
+                log.warning("reaping failed", exc_info=True)
 
     def _send_later(self, stage: Stage, key: str | int, delay_s: float) -> None:
         timer = threading.Timer(delay_s, self._send_now, (stage, key))

@@ -1,0 +1,53 @@
+"""The reaper: a document whose work was lost is sent again instead of waiting forever.
+
+Work can be lost where no redelivery covers it: a process that dies between a commit and the send after it, a
+broker that loses its data, the embedded mode's in-memory queues. Every stage writes as it progresses (a page's
+row when it is laid out and when it finishes, its document's row when the page is counted), so a document in
+`queued` or `processing` whose row and pages' rows have not moved for `stale_after_s` is taken for lost: the
+reaper sends its ingest again, which passes every open page on to where it stopped (every stage is idempotent).
+
+A document waiting behind a long queue looks just as still, so `stale_after_s` (QUIRE_REAP_AFTER_S) should exceed
+the longest wait expected; guessing short costs duplicate work, never duplicate results. The reaper touches the
+document's `updated_at` in the conditional update that claims it, so each document is sent again at most once per
+`stale_after_s`, however many reapers run.
+
+Who runs it: the embedded workers on a timer (QUIRE_REAP_INTERVAL_S); in the distributed mode, the `quire.reap`
+Celery task of the CPU workers (workers/tasks.py), which schedules its own next run.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from sqlalchemy import exists, select, update
+from sqlalchemy.orm import Session
+
+from pipeline.db.models import Document, Page, utcnow
+from pipeline.db.session import session_scope
+from pipeline.jobs.context import Context
+
+log = logging.getLogger("quire.reaper")
+UNFINISHED = ("queued", "processing")
+
+
+def reap(ctx: Context, stale_after_s: float) -> list[str]:
+    """Send ingest again for every unfinished document that has not moved for stale_after_s; their ids."""
+    cutoff = utcnow() - timedelta(seconds=stale_after_s)
+    with session_scope(ctx.db) as session:
+        stale = session.execute(select(Document.id, Document.updated_at).where(
+            Document.status.in_(UNFINISHED), Document.updated_at < cutoff,
+            ~exists().where(Page.document_id == Document.id, Page.updated_at >= cutoff))).all()
+        claimed = [document_id for document_id, seen in stale if _claim(session, document_id, seen)]
+    for document_id in claimed:
+        log.warning("document %s has not moved for %.0f s: sending it again", document_id, stale_after_s,
+                    extra={"document_id": document_id})
+        ctx.dispatcher.send("ingest", document_id)
+    return claimed
+
+
+def _claim(session: Session, document_id: str, seen: datetime) -> bool:
+    """Touch the document unless someone (a stage, another reaper) did since it was read."""
+    return session.execute(update(Document).where(
+        Document.id == document_id, Document.updated_at == seen, Document.status.in_(UNFINISHED))
+        .values(updated_at=utcnow())).rowcount == 1
