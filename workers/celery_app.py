@@ -12,6 +12,10 @@ from celery import Celery
 from pipeline.config import Settings, get_settings
 from pipeline.jobs.dispatch import QUEUES, Stage
 
+# A send waits out a broker restart (about 15 s of attempts) instead of failing at once: an upload during a Redis
+# restart is answered 202, and a stage's next stage is sent rather than left to the task's retry or the reaper.
+PUBLISH_RETRY = {"max_retries": 10, "interval_start": 0.2, "interval_step": 0.5, "interval_max": 2.0}
+
 
 def task_name(stage: Stage) -> str:
     return f"quire.{stage}"
@@ -29,6 +33,7 @@ def create_celery(settings: Settings) -> Celery:
         task_routes={task_name(stage): {"queue": queue} for stage, queue in QUEUES.items()},
         broker_transport_options={"visibility_timeout": settings.broker_visibility_timeout_s},
         broker_connection_retry_on_startup=True,
+        task_publish_retry_policy=PUBLISH_RETRY,
         worker_hijack_root_logger=False,
     )
     return app
