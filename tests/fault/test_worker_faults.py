@@ -69,6 +69,7 @@ class Faulty:
         self.redis.wait(timeout=10)
 
     def start_worker(self, queue: str) -> None:
+        """A worker taking one task at a time, so a 10-page document is still being worked on when a fault hits."""
         log = self.root / f"{queue}-{len(self.service.logs)}.log"
         self.service.logs.append(log)
         self.workers[queue] = start(self.processes, log, self.service.env, "worker", "--queues", queue,
