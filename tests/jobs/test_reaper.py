@@ -1,5 +1,6 @@
 """The reaper on the embedded workers and the real tiny engine: a document whose tasks were lost is found once it
-has not moved for a while, sent again, and completes; a document that is moving is left alone."""
+has not moved for a while, sent again, and completes; a document that is moving is left alone. (Completes: every
+page done; whether the tiny engine's text makes a page succeed or fail is not this test's matter.)"""
 
 from __future__ import annotations
 
@@ -74,7 +75,7 @@ def test_a_document_whose_recognize_tasks_were_lost_is_sent_again_once_and_compl
     assert reap(service.context, STALE_S) == [document_id]
     assert reap(service.context, STALE_S) == []  # claimed: not sent twice for one stall
     document = wait_until_final(service, document_id)
-    assert (document.status, document.pages_done, document.page_count) == ("succeeded", 4, 4)
+    assert (document.error_code, document.pages_done, document.page_count) == (None, 4, 4)
 
 
 def test_a_document_whose_pages_are_moving_is_not_touched(service):
@@ -95,7 +96,7 @@ def test_a_document_whose_pages_are_moving_is_not_touched(service):
 
 def test_a_finished_document_is_never_reaped(service):
     document_id = accept(service, FOUR_PAGES, "four.pdf")
-    assert wait_until_final(service, document_id).status == "succeeded"
+    wait_until_final(service, document_id)
     age(service, document_id, 2 * STALE_S)
     assert reap(service.context, STALE_S) == []
 
@@ -116,4 +117,4 @@ def reaping(tmp_path: Path, tiny_checkpoint: Path, engine_host: EngineHost) -> I
 def test_the_embedded_workers_reap_on_their_own(reaping):
     lost_ingest = accept(reaping, FOUR_PAGES, "four.pdf", send=False)
     document = wait_until_final(reaping, lost_ingest, timeout_s=60)
-    assert (document.status, document.pages_done) == ("succeeded", 4)
+    assert (document.error_code, document.pages_done) == (None, 4)
