@@ -9,6 +9,8 @@ from __future__ import annotations
 import threading
 from functools import cached_property
 
+from transformers import AutoTokenizer  # noqa: F401 - see below
+
 from pipeline.config import Settings
 from pipeline.documents.recognize import EngineRecognizer, Recognizer
 from pipeline.engine.engine import Engine
@@ -16,7 +18,11 @@ from pipeline.engine.model.loader import checkpoint_revision, resolve_checkpoint
 
 
 class EngineHost:
-    """A RecognitionHost (pipeline.jobs.context) on an in-process Engine."""
+    """A RecognitionHost (pipeline.jobs.context) on an in-process Engine.
+
+    AutoTokenizer is imported with this module, on the thread that starts the worker: transformers resolves its
+    names lazily, and two task threads resolving it at once have failed with an ImportError.
+    """
 
     def __init__(self, settings: Settings, max_num_seqs: int = 32) -> None:
         self.settings = settings

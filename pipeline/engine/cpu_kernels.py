@@ -7,9 +7,12 @@ kernel is always an optimisation, never a requirement. Set QUIRE_CPU_KERNELS=0 t
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib.util
 import logging
 import os
 import shutil
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -20,6 +23,9 @@ from .model.paddleocr_vl import StackedLinear
 
 log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("csrc") / "paged_decode.cpp"
+CFLAGS = ["-O3", "-march=native", "-fopenmp"]
+LDFLAGS = ["-fopenmp"]
+STALE_LOCK_S = 600  # a build takes well under a minute; a lock this old was left by a killed builder
 
 
 def enabled() -> bool:
@@ -32,14 +38,45 @@ def paged_decode_module() -> ModuleType | None:
     if not enabled():
         return None
     try:
-        from torch.utils.cpp_extension import load
-
-        ensure_ninja_on_path()
-        return load(name="quire_paged_decode", sources=[str(SOURCE)], verbose=False,
-                    extra_cflags=["-O3", "-march=native", "-fopenmp"], extra_ldflags=["-fopenmp"])
+        return _built_module()
     except Exception as exc:  # no compiler, no ninja, an exotic platform: the torch path serves
         log.warning("CPU paged-decode kernel unavailable, using the torch path: %s", exc)
         return None
+
+
+def _built_module() -> ModuleType:
+    """The module from its build directory, built there first if it is not yet.
+
+    The directory is named by a digest of the source, flags and torch version, so every checkout and virtualenv on
+    the machine shares one build and a change makes a new one (torch's own versioning rebuilt in place whenever two
+    checkouts alternated, every process waiting on the rebuild's lock). A built library is imported directly,
+    without torch's build lock: a process killed while holding that lock leaves it behind, and every later load
+    would wait on it forever. A lock older than STALE_LOCK_S is such a leftover and is removed before building.
+    """
+    from torch.utils.cpp_extension import get_default_build_root, load
+
+    digest = hashlib.sha256(SOURCE.read_bytes() + repr((CFLAGS, LDFLAGS, torch.__version__)).encode()).hexdigest()
+    name = f"quire_paged_decode_{digest[:16]}"
+    directory = Path(get_default_build_root()) / name
+    library = directory / f"{name}.so"
+    if library.exists():
+        return _import_library(name, library)
+    directory.mkdir(parents=True, exist_ok=True)
+    lock = directory / "lock"
+    if lock.exists() and time.time() - lock.stat().st_mtime > STALE_LOCK_S:
+        lock.unlink(missing_ok=True)
+    ensure_ninja_on_path()
+    return load(name=name, sources=[str(SOURCE)], build_directory=str(directory), verbose=False,
+                extra_cflags=CFLAGS, extra_ldflags=LDFLAGS)
+
+
+def _import_library(name: str, library: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, library)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {library}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def ensure_ninja_on_path() -> None:
