@@ -76,11 +76,16 @@ def processes() -> Iterator[list[subprocess.Popen]]:
     service test shares them (a start costs 10–60 s here)."""
     started: list[subprocess.Popen] = []
     yield started
-    for process in started:
+    stop(started)
+
+
+def stop(processes: list[subprocess.Popen], timeout_s: float = 15.0) -> None:
+    """TERM every process, then KILL those still running after timeout_s."""
+    for process in processes:
         process.terminate()
-    for process in started:
+    for process in processes:
         try:
-            process.wait(timeout=15)
+            process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
@@ -166,10 +171,7 @@ def distributed(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path,
         wait_for_health(service, processes)
         wait_for_workers(redis_url, {"quire-cpu", "quire-gpu"}, service)
         yield service
-        for process in processes:  # before the database is dropped under them
-            process.terminate()
-        for process in processes:
-            process.wait(timeout=30)
+        stop(processes)  # before the database is dropped under them
 
 
 @pytest.fixture(params=["embedded", "distributed"])

@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 
 from tests.archives import zip_of
+from tests.receiver import receiver
 from tests.service.conftest import Service
 from tests.service.test_documents import one_page_pdf
 
@@ -26,14 +27,20 @@ def wait_until_done(service: Service, status_url: str, timeout_s: float = 120.0)
 def test_a_zip_of_five_pdfs_and_a_text_file_is_five_succeeded_documents_and_one_rejected(distributed: Service):
     members = [(f"batch/doc-{i}.pdf", one_page_pdf(f"Batch document {i}")) for i in range(5)]
     archive = zip_of([*members, ("batch/readme.txt", b"not a document")])
-    response = httpx.post(f"{distributed.url}/v1/batches", files={"file": ("batch.zip", archive, "application/zip")},
-                          headers=distributed.headers(), timeout=60)
-    assert response.status_code == 202, response.text
-    body = response.json()
-    assert [item["name"] for item in body["documents"]] == [name for name, _ in members]
-    assert [(item["name"], item["code"]) for item in body["rejected"]] == [("batch/readme.txt", "unsupported_format")]
-
-    status = wait_until_done(distributed, body["status_url"])
+    with receiver() as hooks:
+        response = httpx.post(f"{distributed.url}/v1/batches", data={"callback_url": hooks.url},
+                              files={"file": ("batch.zip", archive, "application/zip")},
+                              headers=distributed.headers(), timeout=60)
+        assert response.status_code == 202, response.text
+        body = response.json()
+        assert [item["name"] for item in body["documents"]] == [name for name, _ in members]
+        assert [(item["name"], item["code"]) for item in body["rejected"]] == [
+            ("batch/readme.txt", "unsupported_format")]
+        status = wait_until_done(distributed, body["status_url"])
+        hooks.wait_for(1)
+        time.sleep(1.0)  # a second webhook, if one were coming, would arrive by now
+    assert [(request.event["type"], request.event["data"]["id"]) for request in hooks.received] == [
+        ("batch.finished", body["id"])]  # one for the batch, none for its documents
     assert status["statuses"]["succeeded"] == 5, status
     assert status["progress"]["documents"] == {"done": 5, "total": 5}
     assert status["progress"]["pages"] == {"done": 5, "total": 5}

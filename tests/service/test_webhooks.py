@@ -56,3 +56,12 @@ def test_a_receiver_failing_twice_with_500_gets_one_delivery_after_two_recorded_
     event = requests[-1].event
     assert (event["type"], event["data"]["id"], event["data"]["status"]) == (
         "document.succeeded", document["id"], "succeeded")
+
+
+def test_callbacks_into_the_metadata_service_or_loopback_v6_are_refused_at_upload(distributed):
+    """The service allows 127.0.0.1 (its test receiver) and nothing else private."""
+    for url in ("http://169.254.169.254/latest/meta-data/", "http://[::1]:8080/hook", "http://10.1.2.3/hook"):
+        response = httpx.post(f"{distributed.url}/v1/documents", data={"callback_url": url},
+                              files={"file": ("ssrf.pdf", one_page_pdf(f"ssrf {url}"))},
+                              headers=distributed.headers(), timeout=30)
+        assert (response.status_code, response.json()["error"]["code"]) == (422, "callback_url_refused"), url
