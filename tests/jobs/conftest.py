@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from pipeline.config import Settings
 from pipeline.db.migrate import upgrade_to_head
 from pipeline.db.models import Document
 from pipeline.db.session import create_db_engine, session_scope
@@ -23,13 +25,21 @@ FINAL = ("succeeded", "partial", "failed", "canceled")
 
 @pytest.fixture
 def service(tmp_path: Path, tiny_checkpoint: Path, engine_host: EngineHost) -> Iterator[EmbeddedWorkers]:
-    settings = service_settings(tmp_path, tiny_checkpoint)
+    with embedded_workers(service_settings(tmp_path, tiny_checkpoint), engine_host) as workers:
+        yield workers
+
+
+@contextmanager
+def embedded_workers(settings: Settings, engine_host: EngineHost) -> Iterator[EmbeddedWorkers]:
+    """Embedded workers (two CPU, two GPU threads) on a freshly migrated database of settings."""
     upgrade_to_head(settings.database_url)
     db = create_db_engine(settings.database_url)
     workers = EmbeddedWorkers(settings, db, LocalBlobStore(settings.blob_dir), engine_host, 2, 2)
-    yield workers
-    workers.close()
-    db.dispose()
+    try:
+        yield workers
+    finally:
+        workers.close()
+        db.dispose()
 
 
 def accept(workers: EmbeddedWorkers, data: bytes, name: str, tenant: str = "acme", send: bool = True,

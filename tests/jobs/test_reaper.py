@@ -12,15 +12,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select, update
 
-from pipeline.db.migrate import upgrade_to_head
 from pipeline.db.models import Document, Page, utcnow
-from pipeline.db.session import create_db_engine, session_scope
+from pipeline.db.session import session_scope
 from pipeline.jobs.context import Context
 from pipeline.jobs.dispatch import Stage
 from pipeline.jobs.reaper import reap
 from pipeline.jobs.stages import STAGES
-from pipeline.storage import LocalBlobStore
-from tests.jobs.conftest import accept, wait_until_final
+from tests.jobs.conftest import accept, embedded_workers, wait_until_final
 from tests.jobs.expected import CORPUS, service_settings
 from workers.embedded import EmbeddedWorkers
 from workers.engine_host import EngineHost
@@ -106,12 +104,8 @@ def reaping(tmp_path: Path, tiny_checkpoint: Path, engine_host: EngineHost) -> I
     """Embedded workers that reap every 0.2 s and take one second without a change for lost."""
     settings = service_settings(tmp_path, tiny_checkpoint).model_copy(update={"reap_interval_s": 0.2,
                                                                               "reap_after_s": 1.0})
-    upgrade_to_head(settings.database_url)
-    db = create_db_engine(settings.database_url)
-    workers = EmbeddedWorkers(settings, db, LocalBlobStore(settings.blob_dir), engine_host, 2, 2)
-    yield workers
-    workers.close()
-    db.dispose()
+    with embedded_workers(settings, engine_host) as workers:
+        yield workers
 
 
 def test_the_embedded_workers_reap_on_their_own(reaping):
