@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from tests.archives import zip_of
+from tests.archives import zip_bomb, zip_of
 from tests.receiver import receiver
 from tests.service.conftest import Service
 from tests.service.test_documents import one_page_pdf
@@ -48,3 +48,14 @@ def test_a_zip_of_five_pdfs_and_a_text_file_is_five_succeeded_documents_and_one_
     assert status["finished_at"] is not None  # set in the transaction that finished the last document
     other = httpx.get(body["status_url"], headers=distributed.headers("globex"), timeout=10)
     assert (other.status_code, other.json()["error"]["code"]) == (404, "batch_not_found")
+
+
+def test_a_zip_bomb_and_a_dot_dot_member_are_refused_whole_with_nothing_created(distributed: Service):
+    before = httpx.get(f"{distributed.url}/v1/batches", headers=distributed.headers(), timeout=10).json()["items"]
+    escaping = zip_of([("ok.pdf", one_page_pdf("fine")), ("../evil.pdf", one_page_pdf("evil"))])
+    for archive, code in ((zip_bomb(32 << 20), "archive_bomb"), (escaping, "unsafe_member_name")):
+        response = httpx.post(f"{distributed.url}/v1/batches", files={"file": ("scans.zip", archive)},
+                              headers=distributed.headers(), timeout=60)
+        assert (response.status_code, response.json()["error"]["code"]) == (422, code)
+    after = httpx.get(f"{distributed.url}/v1/batches", headers=distributed.headers(), timeout=10).json()["items"]
+    assert after == before
