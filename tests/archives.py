@@ -19,14 +19,19 @@ def zip_of(members: Members, method: int = zipfile.ZIP_DEFLATED) -> bytes:
     return buffer.getvalue()
 
 
+def add_files(archive: tarfile.TarFile, members: Members) -> None:
+    """Regular-file entries, one per (name, data)."""
+    for name, data in members:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+
+
 def tar_of(members: Members, compression: str = "") -> bytes:
     """A tar (compression: "", "gz", "bz2" or "xz") of regular files."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode=f"w:{compression}") as archive:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            archive.addfile(info, io.BytesIO(data))
+        add_files(archive, members)
     return buffer.getvalue()
 
 
@@ -34,10 +39,7 @@ def tar_with_entry(entry: tarfile.TarInfo, members: Members = ()) -> bytes:
     """A plain tar of members and one entry without data (a link, a device, a FIFO, a directory)."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            archive.addfile(info, io.BytesIO(data))
+        add_files(archive, members)
         archive.addfile(entry)
     return buffer.getvalue()
 
@@ -75,10 +77,7 @@ def tar_bomb(size: int, compression: str = "gz", name: str = "bomb.pdf", before:
     """A tar of the members `before`, then one of size bytes, nearly all zeros, that starts like a PDF."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode=f"w:{compression}") as archive:
-        for member, data in before:
-            info = tarfile.TarInfo(member)
-            info.size = len(data)
-            archive.addfile(info, io.BytesIO(data))
+        add_files(archive, before)
         info = tarfile.TarInfo(name)
         info.size = size
         archive.addfile(info, zeros(size))
