@@ -12,7 +12,7 @@ from prometheus_client.registry import Collector
 # Engine.stats() keys that only ever grow; the rest are levels.
 ENGINE_COUNTERS = frozenset({
     "block_evictions", "prefix_query_tokens", "prefix_hit_tokens", "encoder_cache_hits", "encoder_cache_misses",
-    "encoder_cache_evictions", "vision_tower_calls", "vision_tower_images", "preemptions"})
+    "encoder_cache_evictions", "vision_tower_calls", "vision_tower_images", "preemptions", "busy_ms"})
 
 
 def engine_families(stats: dict[str, int]) -> Iterator[Metric]:

@@ -83,6 +83,7 @@ class Engine:
         self._loop_thread: threading.Thread | None = None
         self._wake = threading.Event()
         self._closed = False
+        self._busy_s = 0.0
 
     @classmethod
     def from_pretrained(cls, path_or_id: str | Path, **config: object) -> Engine:
@@ -140,7 +141,15 @@ class Engine:
         return self.scheduler.has_unfinished()
 
     def step(self) -> list[Output]:
-        """Run one batch; return the outputs of the requests that finished in it."""
+        """Run one batch; return the outputs of the requests that finished in it. The time it takes counts as busy
+        (stats' busy_ms), so a service can tell how much of its wall time the engine was working."""
+        started = time.perf_counter()
+        try:
+            return self._step()
+        finally:
+            self._busy_s += time.perf_counter() - started
+
+    def _step(self) -> list[Output]:
         step = self.scheduler.schedule()
         if not step:
             return []
@@ -179,7 +188,7 @@ class Engine:
             "encoder_cache_evictions": encoder.evictions if encoder else 0,
             "vision_tower_calls": self.runner.tower_calls, "vision_tower_images": self.runner.tower_images,
             "preemptions": self.scheduler.preemptions, "running": len(self.scheduler.running),
-            "waiting": len(self.scheduler.waiting)}
+            "waiting": len(self.scheduler.waiting), "busy_ms": int(self._busy_s * 1000)}
 
     def _pending_image_hashes(self) -> set[str]:
         """Images that running requests have yet to prefill: their encoder-cache entries must stay."""
