@@ -1,0 +1,259 @@
+"""A distributed Quire for a benchmark, in subprocesses: a scratch Postgres database (created, migrated with
+`quire migrate`, dropped at the end), a throwaway redis-server on a free port (so no other run's Redis database is
+touched), `quire serve` (the API alone, without keys, on loopback) and two Celery workers, `--queues cpu` and
+`--queues gpu`, on a given model directory or a tiny checkpoint written into the run's temp directory.
+
+The settings are the service tests' fast ones (no text layer, so every text region goes to the engine; the `pdf`
+layout; 40 dpi; 4 tokens per region). The GPU worker serves its engine's counters on QUIRE_METRICS_PORT, which
+is how a benchmark reads the engine's busy time from outside. Each process runs in a session of its own, so the
+end of the run stops it together with its children (the CPU worker's prefork pool) and nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import redis
+from sqlalchemy import create_engine, text
+
+from pipeline.metrics import ENGINE_COUNTERS
+
+ROOT = Path(__file__).resolve().parent.parent
+POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432"
+FAST = {"QUIRE_MAX_TOKENS": "4", "QUIRE_DPI": "40", "QUIRE_LAYOUT": "pdf", "QUIRE_TEXT_LAYER": "off",
+        "QUIRE_GPU_THREADS": "2", "QUIRE_CPU_THREADS": "2"}
+
+
+@dataclass
+class Stack:
+    """The running service: its URL, where its logs go, and its processes by role (serve, cpu, gpu)."""
+
+    url: str
+    root: Path
+    env: dict[str, str]
+    metrics_port: int
+    redis: subprocess.Popen
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    def cpu_s(self) -> float:
+        """CPU seconds the stack's processes (their children and its redis-server with them) have used so far."""
+        return sum(tree_cpu_s(process.pid) for process in [*self.processes.values(), self.redis])
+
+    def engine_stats(self) -> dict[str, float]:
+        """The GPU worker's engine metrics (quire_engine_*), by the stats() name; empty before its engine loads."""
+        body = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).text
+        stats = {}
+        for line in body.splitlines():
+            if line.startswith("quire_engine_"):
+                metric, value = line.split()
+                stats[_stat_name(metric)] = float(value)
+        return stats
+
+    def tail(self) -> str:
+        """The end of every process's log, for an error message."""
+        return "\n".join(f"--- {role}\n{(self.root / f'{role}.log').read_text(errors='replace')[-3000:]}"
+                         for role in self.processes)
+
+
+def _stat_name(metric: str) -> str:
+    """quire_engine_blocks_used → blocks_used; a counter's quire_engine_busy_ms_total → busy_ms."""
+    name = metric.removeprefix("quire_engine_")
+    counter = name.removesuffix("_total")
+    return counter if counter in ENGINE_COUNTERS else name
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def descendants(pid: int) -> list[int]:
+    """pid and every process under it alive now (children, their children, ...)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int(_stat_fields(int(entry.name))[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop())
+        todo.extend(children.get(found[-1], []))
+    return found
+
+
+def tree_rss_kib(pid: int) -> int:
+    """VmRSS of a process and all its descendants, in KiB (a process that vanished meanwhile counts 0)."""
+    return sum(_vm_rss_kib(each) for each in descendants(pid))
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by a process, its descendants alive now and the children they
+    have waited for."""
+    total = 0
+    for each in descendants(pid):
+        try:
+            total += sum(int(value) for value in _stat_fields(each)[11:15])  # utime stime cutime cstime
+        except (OSError, ValueError):
+            continue
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """/proc/PID/stat after the command name: state, ppid, ... (field 3 of proc(5) is index 0)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _vm_rss_kib(pid: int) -> int:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+
+
+@contextmanager
+def distributed_stack(root: Path, model: Path | None = None, cpu_concurrency: int = 2,
+                      gpu_concurrency: int = 2, **settings: str) -> Iterator[Stack]:
+    """The service running under root (logs, blobs, the tiny checkpoint when no model is given), stopped and its
+    database dropped on the way out; `settings` override the fast QUIRE_* ones."""
+    if model is None:
+        from pipeline.engine.tiny_checkpoint import write_tiny_checkpoint
+
+        model = write_tiny_checkpoint(root / "tiny-checkpoint")
+    with ExitStack() as cleanup:
+        redis_server, broker_url = cleanup.enter_context(_throwaway_redis(root))
+        database_url = cleanup.enter_context(_scratch_database())
+        stack = Stack(f"http://127.0.0.1:{free_port()}", root, {}, free_port(), redis_server)
+        stack.env = _env(root, model, QUIRE_DATABASE_URL=database_url, QUIRE_BROKER_URL=broker_url,
+                         QUIRE_API_KEYS="off", QUIRE_METRICS_PORT=str(stack.metrics_port), **settings)
+        _quire(stack.env, "migrate")
+        cleanup.callback(_stop, stack.processes)
+        port = stack.url.rsplit(":", 1)[1]
+        _start(stack, "serve", "serve", "--port", port)
+        _start(stack, "cpu", "worker", "--queues", "cpu", "--concurrency", str(cpu_concurrency))
+        _start(stack, "gpu", "worker", "--queues", "gpu", "--concurrency", str(gpu_concurrency))
+        _wait_for_health(stack)
+        _wait_for_workers(stack, broker_url)
+        yield stack
+
+
+def _env(root: Path, model: Path, **extra: str) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("QUIRE_")}
+    env.update(FAST)
+    env.update(QUIRE_MODEL=str(model), QUIRE_CACHE_DIR=str(root), QUIRE_BLOB_DIR=str(root / "blobs"), **extra)
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+def _quire(env: dict[str, str], *args: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "pipeline.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=300, check=False, cwd=ROOT)
+    if done.returncode != 0:
+        raise RuntimeError(f"quire {' '.join(args)} failed:\n{done.stderr}")
+
+
+def _start(stack: Stack, role: str, *args: str) -> None:
+    with (stack.root / f"{role}.log").open("wb") as log:
+        stack.processes[role] = subprocess.Popen([sys.executable, "-m", "pipeline.cli", *args], env=stack.env,
+                                                 stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                                                 start_new_session=True)
+
+
+def _stop(processes: dict[str, subprocess.Popen], timeout_s: float = 15.0) -> None:
+    """TERM each process group, then KILL the groups whose leader has not exited in timeout_s."""
+    for process in processes.values():
+        _signal_group(process, signal.SIGTERM)
+    for process in processes.values():
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _signal_group(process, signal.SIGKILL)
+            process.wait()
+
+
+def _signal_group(process: subprocess.Popen, signum: int) -> None:
+    try:
+        os.killpg(process.pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def _wait_for_health(stack: Stack, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if any(process.poll() is not None for process in stack.processes.values()):
+            raise RuntimeError(f"a service process exited early\n{stack.tail()}")
+        try:
+            if httpx.get(f"{stack.url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"the API did not answer /health in {timeout_s} s\n{stack.tail()}")
+
+
+def _wait_for_workers(stack: Stack, broker_url: str, timeout_s: float = 120.0) -> None:
+    from celery import Celery
+
+    probe, deadline = Celery(broker=broker_url), time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        replies = {name.split("@")[0] for reply in probe.control.ping(timeout=1.0) for name in reply}
+        if {"quire-cpu", "quire-gpu"} <= replies:
+            return
+    raise RuntimeError(f"the workers did not answer a ping in {timeout_s} s\n{stack.tail()}")
+
+
+@contextmanager
+def _throwaway_redis(root: Path) -> Iterator[tuple[subprocess.Popen, str]]:
+    """redis-server on a free loopback port, without persistence; it and its URL (database 0, empty at start)."""
+    port = free_port()
+    with (root / "redis.log").open("wb") as log:
+        server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                   "--appendonly", "no"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        client, deadline = redis.Redis(port=port), time.monotonic() + 10
+        while not _pings(client):
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise RuntimeError(f"redis-server did not start:\n{(root / 'redis.log').read_text()}")
+            time.sleep(0.05)
+        yield server, f"redis://127.0.0.1:{port}/0"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.ConnectionError:
+        return False
+
+
+@contextmanager
+def _scratch_database() -> Iterator[str]:
+    """A database of this run's own on the local Postgres, dropped (connections and all) at the end."""
+    maintenance = create_engine(f"{POSTGRES}/postgres", isolation_level="AUTOCOMMIT")
+    name = f"quire_bench_{uuid.uuid4().hex[:12]}"
+    with maintenance.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield f"{POSTGRES}/{name}"
+    finally:
+        with maintenance.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        maintenance.dispose()
