@@ -26,7 +26,9 @@ from workers.engine_host import EngineHost
 from workers.reaping import take_turn
 
 log = logging.getLogger("quire.tasks")
-RETRY = {"autoretry_for": (Exception,), "retry_backoff": True, "retry_backoff_max": 60, "max_retries": 8}
+# Jittered backoff capped at a minute, 20 tries: a task rides out about ten minutes of database outage (a failover,
+# a restart) before it gives up and leaves its document to the reaper.
+RETRY = {"autoretry_for": (Exception,), "retry_backoff": True, "retry_backoff_max": 60, "max_retries": 20}
 
 
 @cache
