@@ -1,5 +1,6 @@
 """Session-wide resources: tiny checkpoints (engine and layout) written once into a temp directory, a scratch
-database on the real Postgres, and one resident engine host on the tiny checkpoint.
+database on the real Postgres (emptied for each test that asks for an empty or migrated database of each dialect),
+and one resident engine host on the tiny checkpoint.
 
 Postgres is the one at 127.0.0.1:5432 (trust auth, user postgres) that `.ci/run` starts; the session creates a
 uniquely named database through the `postgres` maintenance database and drops it at the end, so runs never see
@@ -13,9 +14,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.exc import OperationalError
 
+from pipeline.db.migrate import upgrade_to_head
+from pipeline.db.session import create_db_engine
 from pipeline.documents.tiny_layout import TinyLayoutSpec, write_tiny_layout_checkpoint
 from pipeline.engine.tiny_checkpoint import TinySpec, write_tiny_checkpoint
 from tests.jobs.expected import service_settings
@@ -77,6 +80,30 @@ def postgres_scratch() -> Iterator[str]:
     """A scratch database the persistence tests empty and refill as they like."""
     with scratch_database("quire_test") as url:
         yield url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def empty_database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The URL of an empty database of each dialect: its own SQLite file, or the session's scratch Postgres database
+    with its public schema dropped and recreated."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'quire.db'}"
+    url = request.getfixturevalue("postgres_scratch")
+    engine = create_engine(url)
+    with engine.begin() as connection:
+        connection.execute(text("DROP SCHEMA public CASCADE"))
+        connection.execute(text("CREATE SCHEMA public"))
+    engine.dispose()
+    return url
+
+
+@pytest.fixture
+def migrated_database(empty_database: str) -> Iterator[Engine]:
+    """An engine on a database of each dialect that `alembic upgrade head` has just created."""
+    upgrade_to_head(empty_database)
+    engine = create_db_engine(empty_database)
+    yield engine
+    engine.dispose()
 
 
 @pytest.fixture(scope="session")

@@ -4,39 +4,19 @@ advisory locks per blob, unique keys settling the rest)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-from sqlalchemy import Engine, create_engine, func, select, text
+from sqlalchemy import Engine, func, select
 
 from pipeline.config import Settings
-from pipeline.db.migrate import upgrade_to_head
 from pipeline.db.models import Document
-from pipeline.db.session import create_db_engine, session_scope
+from pipeline.db.session import session_scope
 from pipeline.jobs.intake import Accepted, IdempotencyConflict, accept_upload
 from pipeline.jobs.options import DocumentOptions
 from pipeline.storage import LocalBlobStore
 from tests.api.conftest import corpus, png, stored_files
 
 UPLOADERS = 6
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'quire.db'}"
-    else:
-        url = request.getfixturevalue("postgres_scratch")
-        scratch = create_engine(url)
-        with scratch.begin() as connection:
-            connection.execute(text("DROP SCHEMA public CASCADE"))
-            connection.execute(text("CREATE SCHEMA public"))
-        scratch.dispose()
-    upgrade_to_head(url)
-    engine = create_db_engine(url)
-    yield engine
-    engine.dispose()
 
 
 def race(db: Engine, blobs: LocalBlobStore, uploads: list[bytes], key: str | None) -> list[Accepted | Exception]:
@@ -67,21 +47,21 @@ def count_documents(db: Engine) -> int:
         return session.scalar(select(func.count(Document.id))) or 0
 
 
-def test_identical_uploads_at_once_make_one_document(database: Engine, tmp_path: Path) -> None:
+def test_identical_uploads_at_once_make_one_document(migrated_database: Engine, tmp_path: Path) -> None:
     blobs = LocalBlobStore(tmp_path / "blobs")
-    outcomes = race(database, blobs, [corpus()] * UPLOADERS, key=None)
+    outcomes = race(migrated_database, blobs, [corpus()] * UPLOADERS, key=None)
     assert all(isinstance(outcome, Accepted) for outcome in outcomes)
     assert len({outcome.document.id for outcome in outcomes}) == 1  # type: ignore[union-attr]
     assert sum(outcome.created for outcome in outcomes) == 1  # type: ignore[union-attr]
-    assert count_documents(database) == 1 and len(stored_files(blobs.root)) == 1
+    assert count_documents(migrated_database) == 1 and len(stored_files(blobs.root)) == 1
 
 
-def test_one_idempotency_key_used_at_once_for_different_files_makes_one_document(database: Engine,
+def test_one_idempotency_key_used_at_once_for_different_files_makes_one_document(migrated_database: Engine,
                                                                                  tmp_path: Path) -> None:
     blobs = LocalBlobStore(tmp_path / "blobs")
-    outcomes = race(database, blobs, [png(8, 8 + i) for i in range(UPLOADERS)], key="order-17")
+    outcomes = race(migrated_database, blobs, [png(8, 8 + i) for i in range(UPLOADERS)], key="order-17")
     accepted = [outcome for outcome in outcomes if isinstance(outcome, Accepted)]
     assert len(accepted) == 1 and accepted[0].created
     assert all(isinstance(outcome, IdempotencyConflict) for outcome in outcomes if outcome is not accepted[0])
-    assert count_documents(database) == 1
+    assert count_documents(migrated_database) == 1
     assert [path.name for path in stored_files(blobs.root)] == [accepted[0].document.sha256]
