@@ -170,8 +170,8 @@ def finalize_document(ctx: Context, document_id: str) -> None:
         pages = [page_output(page) for page in document.pages]
         status = "failed" if document.error_code else document_status(pages)
         finished = utcnow()
-        document.timings = {**document.timings, "total": (finished - document.created_at).total_seconds() * 1000.0}
-        output = document_output(document, status)
+        timings = {**document.timings, "total": (finished - document.created_at).total_seconds() * 1000.0}
+        output = replace(document_output(document, status), timings_ms=timings)  # written once, with the status
     results = {"json": _json_bytes(document_json(output)), "markdown": document_markdown(output).encode()}
     result_key, markdown_key = ctx.blobs.put(results["json"]), ctx.blobs.put(results["markdown"])
     with session_scope(ctx.db) as session:
@@ -180,7 +180,7 @@ def finalize_document(ctx: Context, document_id: str) -> None:
         finished_now = session.execute(update(Document).where(
             Document.id == document_id, Document.status == "processing").values(
             status=status, result_key=result_key, markdown_key=markdown_key, finished_at=finished,
-            timings=document.timings, options=options, updated_at=finished)).rowcount == 1
+            timings=timings, options=options, updated_at=finished)).rowcount == 1
         announced = announce_document(session, document_id) if finished_now else []  # its events, recorded once
     send_deliveries(ctx.dispatcher, announced)
 
