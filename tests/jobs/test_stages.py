@@ -34,6 +34,7 @@ def test_a_pdf_goes_through_every_stage_and_its_result_is_what_quire_process_giv
     document = wait_until_final(service, accept(service, FOUR_PAGES, "four.pdf"))
     result, markdown = result_of(service, document)
     assert (document.status, document.page_count, document.pages_done) == ("succeeded", 4, 4)
+    assert {"ingest", "total"} <= set(document.timings) and set(result["timings_ms"]) == set(document.timings)
     jsonschema.validate(result, load_schema())
     expected, expected_markdown = processed(FOUR_PAGES, "four.pdf", service.context.settings, engine_host.engine)
     assert comparable(result) == comparable(expected)
