@@ -21,7 +21,9 @@ import random
 import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from urllib.parse import urlsplit
 
 import httpx
@@ -57,6 +59,7 @@ class Outcome:
     error: str | None
     retry: bool
     duration_ms: float
+    retry_after_s: float | None = None  # what a 429 or 503 asked for in its Retry-After
 
     @property
     def succeeded(self) -> bool:
@@ -136,7 +139,7 @@ def post(url: str, body: bytes, headers: dict[str, str], allow: Sequence[str], t
     started = time.perf_counter()
     try:
         address = check_url(url, allow)[0]
-        status = _post_to(address, url, body, headers, timeout_s)
+        status, retry_after = _post_to(address, url, body, headers, timeout_s)
     except HostNotFound as exc:
         return _failed(started, None, f"{CallbackRefused.code}: {exc}", retry=True)
     except CallbackRefused as exc:
@@ -145,7 +148,23 @@ def post(url: str, body: bytes, headers: dict[str, str], allow: Sequence[str], t
         return _failed(started, None, f"{type(exc).__name__}: {exc}", retry=True)
     if 200 <= status < 300:
         return Outcome(status, None, False, _ms(started))
-    return _failed(started, status, f"HTTP {status}", retry=status >= 500 or status in RETRY_STATUSES)
+    failed = _failed(started, status, f"HTTP {status}", retry=status >= 500 or status in RETRY_STATUSES)
+    return replace(failed, retry_after_s=retry_after_seconds(retry_after)) if status in (429, 503) else failed
+
+
+def retry_after_seconds(value: str | None, now: datetime | None = None) -> float | None:
+    """A Retry-After header's wait in seconds: delta-seconds or an HTTP date; None when absent or unreadable."""
+    if not value:
+        return None
+    if value.strip().isdigit():
+        return float(value.strip())
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 
 def retry_delay(attempt: int, base_s: float, cap_s: float, rng: Callable[[], float] = random.random) -> float:
@@ -157,15 +176,17 @@ def retry_delay(attempt: int, base_s: float, cap_s: float, rng: Callable[[], flo
     return rng() * min(cap_s, base_s * 2 ** (attempt - 1))
 
 
-def _post_to(address: IPAddress, url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> int:
-    """POST to address while the Host header and TLS (SNI and the certificate check) still name url's host."""
+def _post_to(address: IPAddress, url: str, body: bytes, headers: dict[str, str],
+             timeout_s: float) -> tuple[int, str | None]:
+    """POST to address while the Host header and TLS (SNI and the certificate check) still name url's host; the
+    status and the Retry-After header."""
     target = httpx.URL(url)
     extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}
     # trust_env=False: a proxy from the environment would resolve the name itself, around the check.
     with httpx.Client(timeout=timeout_s, follow_redirects=False, trust_env=False) as client:
         with client.stream("POST", target.copy_with(host=str(address)), content=body, extensions=extensions,
                            headers={**headers, "Host": target.netloc.decode("ascii")}) as response:
-            return response.status_code  # all that counts; the body is never read
+            return response.status_code, response.headers.get("Retry-After")  # the body is never read
 
 
 def _failed(started: float, status: int | None, error: str, retry: bool) -> Outcome:

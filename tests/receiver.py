@@ -26,8 +26,9 @@ class Received:
 class Receiver:
     """Answers the n-th POST with statuses[n], and 200 once the script has run out."""
 
-    def __init__(self, statuses: list[int]) -> None:
+    def __init__(self, statuses: list[int], retry_after: str | None = None) -> None:
         self.statuses = list(statuses)
+        self.retry_after = retry_after  # sent with every answer but a 2xx
         self.received: list[Received] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -53,6 +54,8 @@ class Receiver:
                     receiver.received.append(Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
                     status = receiver.statuses.pop(0) if receiver.statuses else 200
                 self.send_response(status)
+                if receiver.retry_after is not None and status >= 300:
+                    self.send_header("Retry-After", receiver.retry_after)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
@@ -73,7 +76,7 @@ class Receiver:
 
 
 @contextmanager
-def receiver(*statuses: int) -> Iterator[Receiver]:
-    """A running Receiver that answers with statuses first, then 200."""
-    with Receiver(list(statuses)).running() as running:
+def receiver(*statuses: int, retry_after: str | None = None) -> Iterator[Receiver]:
+    """A running Receiver that answers with statuses first (with a Retry-After header, if given), then 200."""
+    with Receiver(list(statuses), retry_after).running() as running:
         yield running

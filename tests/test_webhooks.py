@@ -5,10 +5,21 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from datetime import UTC, datetime
 
 import pytest
 
-from pipeline.webhooks import CallbackRefused, HostNotFound, check_url, post, refusal, retry_delay, sign, verify
+from pipeline.webhooks import (
+    CallbackRefused,
+    HostNotFound,
+    check_url,
+    post,
+    refusal,
+    retry_after_seconds,
+    retry_delay,
+    sign,
+    verify,
+)
 from tests.receiver import receiver
 
 SECRET = "whsec_test"
@@ -144,6 +155,21 @@ def test_5xx_408_and_429_are_retried_other_answers_are_final_and_redirects_are_n
         assert len(hooks.wait_for(1)) == 1
     assert (outcome.succeeded, outcome.status_code, outcome.error, outcome.retry) == (
         False, status, f"HTTP {status}", retry)
+
+
+@pytest.mark.parametrize("status, asked", [(429, 7.0), (503, 7.0), (500, None)])
+def test_a_429_or_503_carries_the_wait_its_retry_after_asks_for(status, asked):
+    with receiver(status, retry_after="7") as hooks:
+        outcome = post(hooks.url, BODY, {}, ["127.0.0.1"], timeout_s=5)
+    assert (outcome.retry, outcome.retry_after_s) == (True, asked)
+
+
+def test_retry_after_is_delta_seconds_or_an_http_date():
+    now = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)
+    assert retry_after_seconds("120", now) == 120.0
+    assert retry_after_seconds("Thu, 03 Dec 2026 12:01:30 GMT", now) == 90.0
+    assert retry_after_seconds("Thu, 03 Dec 2026 11:00:00 GMT", now) == 0.0  # a date past is "now"
+    assert [retry_after_seconds(value, now) for value in (None, "", "soon", "-5", "1.5")] == [None] * 5
 
 
 def test_no_answer_is_retried():

@@ -70,10 +70,13 @@ def _scheduled(session: Session, delivery_id: str) -> WebhookDelivery | None:
 
 
 def _retry_after(settings: Settings, attempt: int, first: datetime, outcome: Outcome) -> float | None:
-    """Seconds until the next attempt; None when the outcome is final or the retry would start past the window."""
+    """Seconds until the next attempt; None when the outcome is final or the retry would start past the window.
+
+    A receiver's Retry-After is honoured up to the backoff cap (a receiver cannot park a delivery for a week)."""
     if not outcome.retry:
         return None
     delay = retry_delay(attempt, settings.webhook_backoff_s, settings.webhook_backoff_max_s)
+    delay = max(delay, min(outcome.retry_after_s or 0.0, settings.webhook_backoff_max_s))
     late = utcnow() + timedelta(seconds=delay) - first > timedelta(seconds=settings.webhook_retry_window_s)
     return None if late else delay
 

@@ -131,6 +131,18 @@ def test_a_4xx_answer_is_final(workers):
     assert (row.status_code, row.succeeded, row.error, row.next_attempt_at) == (404, False, "HTTP 404", None)
 
 
+@pytest.mark.parametrize("asked, waited", [("1", 1.0), ("3600", 1.5)])
+def test_a_receiver_s_retry_after_is_waited_out_up_to_the_backoff_cap(make_workers, asked, waited):
+    workers = make_workers(webhook_backoff_max_s=1.5)
+    tenant_secret(workers)
+    with receiver(429, retry_after=asked) as hooks:
+        document_id = accept(workers, ONE_PAGE, "one.pdf", callback_url=hooks.url)
+        first, second = attempts(workers, 2, document_id=document_id)
+    assert (first.status_code, second.succeeded) == (429, True)
+    assert (first.next_attempt_at - first.attempted_at).total_seconds() >= waited - 0.01
+    assert (second.attempted_at - first.attempted_at).total_seconds() >= waited - 0.01
+
+
 def test_retries_stop_at_the_end_of_the_retry_window(make_workers):
     workers = make_workers(webhook_retry_window_s=0.0)
     tenant_secret(workers)
