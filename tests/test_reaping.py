@@ -1,17 +1,23 @@
-"""The distributed reaper's chain guard on the real Redis: one run takes each interval's turn, a second chain's run
-in the same half interval is refused (and so ends its chain), a retried run keeps the turn it took, and the turn
-frees itself for the next interval."""
+"""The distributed reaper's turns on the real Redis: every worker runs a reaper thread, one of them reaps each
+interval, and a tick that fails does not end the thread."""
 
 from __future__ import annotations
 
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
 
-from workers.reaping import take_turn
+from pipeline.config import Settings
+from pipeline.db.migrate import upgrade_to_head
+from pipeline.db.session import create_db_engine
+from pipeline.jobs.context import Context
+from pipeline.jobs.reaper import ReaperThread
+from pipeline.storage import LocalBlobStore
+from workers.reaping import TURN_SHARE, take_turn
 
 INTERVAL_S = 0.4
 
@@ -19,15 +25,61 @@ INTERVAL_S = 0.4
 @pytest.fixture
 def turn() -> Iterator[tuple[redis.Redis, str]]:
     client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
-    key = f"test:reap:{uuid.uuid4()}"  # never the live chains' key
+    key = f"test:reap:{uuid.uuid4()}"  # never the live workers' key
     yield client, key
     client.delete(key)
 
 
-def test_one_chain_reaps_each_interval(turn):
+@pytest.fixture
+def context(tmp_path: Path) -> Context:
+    """A context on an empty migrated SQLite database, reaping every 100 ms; nothing is ever sent."""
+    url = f"sqlite:///{tmp_path / 'quire.db'}"
+    upgrade_to_head(url)
+    settings = Settings(database_url=url, reap_interval_s=0.1)
+    return Context(settings, create_db_engine(url), LocalBlobStore(tmp_path / "blobs"), dispatcher=None)
+
+
+def test_one_worker_holds_each_interval_s_turn(turn):
     client, key = turn
-    assert take_turn(client, "run-a1", INTERVAL_S, key)
-    assert not take_turn(client, "run-b1", INTERVAL_S, key)  # another chain, same half interval: it ends
-    assert take_turn(client, "run-a1", INTERVAL_S, key)  # the same run retried after an error keeps its turn
-    time.sleep(INTERVAL_S / 2 + 0.1)
-    assert take_turn(client, "run-a2", INTERVAL_S, key)  # the chain's next run, an interval later
+    assert take_turn(client, "worker-a", INTERVAL_S, key)
+    assert not take_turn(client, "worker-b", INTERVAL_S, key)  # another worker's tick in the same interval
+    assert take_turn(client, "worker-a", INTERVAL_S, key)  # the holder asking again keeps its turn
+    time.sleep(INTERVAL_S * TURN_SHARE + 0.05)
+    assert take_turn(client, "worker-b", INTERVAL_S, key)  # free before the next tick: whoever comes first
+
+
+def test_two_workers_reap_about_once_per_interval_not_twice(turn, context):
+    client, key = turn
+    turns: list[str] = []
+
+    def worker(name: str) -> ReaperThread:
+        def my_turn() -> bool:
+            taken = take_turn(client, name, context.settings.reap_interval_s, key)
+            if taken:
+                turns.append(name)
+            return taken
+        return ReaperThread(context, my_turn)
+
+    reapers = [worker("worker-a"), worker("worker-b")]
+    for reaper in reapers:
+        reaper.start()
+    time.sleep(1.5)
+    for reaper in reapers:
+        reaper.stop()
+    assert 5 <= len(turns) <= 20  # 15 intervals; both reaping at every tick would be about 30
+
+
+def test_a_tick_that_fails_leaves_the_thread_reaping(context):
+    calls: list[float] = []
+
+    def my_turn() -> bool:
+        calls.append(time.monotonic())
+        if len(calls) <= 2:
+            raise redis.ConnectionError("the broker is restarting")
+        return True
+
+    reaper = ReaperThread(context, my_turn)
+    reaper.start()
+    time.sleep(0.8)
+    reaper.stop()
+    assert len(calls) >= 4

@@ -22,7 +22,7 @@ from pipeline.db.session import session_scope
 from pipeline.jobs.context import Context, RecognitionHost
 from pipeline.jobs.deliveries import resume_deliveries
 from pipeline.jobs.dispatch import QUEUES, Stage
-from pipeline.jobs.reaper import reap
+from pipeline.jobs.reaper import ReaperThread
 from pipeline.jobs.stages import run_stage
 from pipeline.storage import BlobStore
 
@@ -43,9 +43,7 @@ class EmbeddedWorkers:
         self._timers: set[threading.Thread] = set()  # sends waiting out their delay
         self._timers_lock = threading.Lock()
         self._closed = False
-        self._stop = threading.Event()
-        self._reaper = threading.Thread(target=self._reap_every, args=(settings.reap_interval_s,), daemon=True,
-                                        name="quire-reaper")
+        self._reaper = ReaperThread(self.context)
         self._reaper.start()
 
     def send(self, stage: Stage, key: str | int, delay_s: float = 0.0) -> None:
@@ -76,21 +74,13 @@ class EmbeddedWorkers:
         return len(ids) + resume_deliveries(self.context.db, self)
 
     def close(self) -> None:
-        self._stop.set()
-        self._reaper.join()
+        self._reaper.stop()
         with self._timers_lock:
             self._closed = True
             for timer in self._timers:
                 timer.cancel()
         for pool in self._pools.values():
             pool.shutdown(wait=True, cancel_futures=True)
-
-    def _reap_every(self, interval_s: float) -> None:
-        while not self._stop.wait(interval_s):
-            try:
-                reap(self.context, self.context.settings.reap_after_s)
-            except Exception:  # the database busy or away: the next round tries again
-                log.warning("reaping failed", exc_info=True)
 
     def _send_later(self, stage: Stage, key: str | int, delay_s: float) -> None:
         timer = threading.Timer(delay_s, self._send_now, (stage, key))

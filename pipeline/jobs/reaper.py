@@ -11,13 +11,15 @@ the longest wait expected; guessing short costs duplicate work, never duplicate 
 document's `updated_at` in the conditional update that claims it, so each document is sent again at most once per
 `stale_after_s`, however many reapers run.
 
-Who runs it: the embedded workers on a timer (QUIRE_REAP_INTERVAL_S); in the distributed mode, the `quire.reap`
-Celery task of the CPU workers (workers/tasks.py), which schedules its own next run.
+Who runs it: a `ReaperThread` every QUIRE_REAP_INTERVAL_S, in the embedded service and in every Celery worker's
+main process; there each tick first takes the interval's turn in Redis (workers/reaping.py), so one worker reaps.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from sqlalchemy import exists, select, update
@@ -51,3 +53,29 @@ def _claim(session: Session, document_id: str, seen: datetime) -> bool:
     return session.execute(update(Document).where(
         Document.id == document_id, Document.updated_at == seen, Document.status.in_(UNFINISHED))
         .values(updated_at=utcnow())).rowcount == 1
+
+
+class ReaperThread:
+    """Reaps every QUIRE_REAP_INTERVAL_S on a daemon thread, on the ticks `my_turn` allows; a tick that fails (the
+    database or the broker away) is logged, and the next one tries again."""
+
+    def __init__(self, ctx: Context, my_turn: Callable[[], bool] = lambda: True) -> None:
+        self.ctx, self.my_turn = ctx, my_turn
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="quire-reaper")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        settings = self.ctx.settings
+        while not self._stop.wait(settings.reap_interval_s):
+            try:
+                if self.my_turn():
+                    reap(self.ctx, settings.reap_after_s)
+            except Exception:
+                log.warning("reaping failed", exc_info=True)

@@ -1,6 +1,6 @@
 """Work that no redelivery covers: the GPU worker vanishes and the broker loses every GPU task with it (as a Redis
-without persistence does when it restarts). Nothing would ever send those pages on again; the reaper, a chain of
-`quire.reap` tasks on the CPU worker, sees the document stand still and sends it again, and it succeeds.
+without persistence does when it restarts). Nothing would ever send those pages on again; the reaper (a thread in
+each worker, one reaping per interval) sees the document stand still and sends it again, and it succeeds.
 """
 
 from __future__ import annotations
