@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.stack import Stack, distributed_stack, tree_rss_kib
+from benchmarks.stack import Stack, distributed_stack, exit_on_sigterm, tree_rss_kib
 from benchmarks.workload import (
     Uploaded,
     finished_at,
@@ -95,6 +95,7 @@ def main() -> int:
     parser.add_argument("--max-growth", type=float, default=10.0, help="GPU worker RSS growth allowed, percent")
     parser.add_argument("--model", type=Path, default=None, help="checkpoint directory (default: a tiny one)")
     args = parser.parse_args()
+    exit_on_sigterm()
     with tempfile.TemporaryDirectory(prefix="quire-load-") as root, distributed_stack(Path(root), args.model) as stack:
         figures = measure(stack, args)
     print(f"{figures['documents']} documents from {figures['clients']} clients: {figures['failed']} failed; "

@@ -11,6 +11,7 @@ end of the run stops it together with its children (the CPU worker's prefork poo
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -21,6 +22,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -60,10 +62,30 @@ class Stack:
                 stats[_stat_name(metric)] = float(value)
         return stats
 
+    def stage_ms(self, since: float) -> dict[str, float]:
+        """Milliseconds the workers' stage tasks ran, summed per stage: the `duration_ms` of the `done` lines they
+        logged (JSON) at or after the Unix time `since`."""
+        totals: dict[str, float] = {}
+        for role in ("cpu", "gpu"):
+            for line in (self.root / f"{role}.log").read_text(errors="replace").splitlines():
+                record = _json_line(line)
+                if record.get("outcome") == "done" and datetime.fromisoformat(record["time"]).timestamp() >= since:
+                    totals[record["stage"]] = totals.get(record["stage"], 0.0) + record["duration_ms"]
+        return totals
+
     def tail(self) -> str:
         """The end of every process's log, for an error message."""
         return "\n".join(f"--- {role}\n{(self.root / f'{role}.log').read_text(errors='replace')[-3000:]}"
                          for role in self.processes)
+
+
+def _json_line(line: str) -> dict:
+    """A JSON log line as a dict; anything else (Celery's own banner, a traceback) as an empty one."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def _stat_name(metric: str) -> str:
@@ -124,6 +146,12 @@ def _vm_rss_kib(pid: int) -> int:
     except OSError:
         return 0
     return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM a SystemExit, so a benchmark stopped from outside still stops its stack (whose processes run in
+    sessions of their own) and drops its database on the way out."""
+    signal.signal(signal.SIGTERM, lambda signum, _: sys.exit(128 + signum))
 
 
 @contextmanager

@@ -106,6 +106,15 @@ def result_counts(url: str, document_id: str) -> tuple[int, int]:
     return len(result["pages"]), model_regions(result["pages"])
 
 
+def page_errors(url: str, document_id: str) -> list[str]:
+    """Why a finished document's pages failed: `page N: code: message` for each failed page."""
+    response = httpx.get(f"{url}/v1/documents/{document_id}/result", params={"format": "json"}, timeout=30)
+    if response.status_code != 200:
+        return [f"no result: {response.status_code} {response.text}"]
+    return [f"page {page['index'] + 1}: {page['error']['code']}: {page['error']['message']}"
+            for page in response.json()["pages"] if page.get("error")]
+
+
 def model_regions(pages: list[dict[str, Any]]) -> int:
     """Regions whose content came from the engine (not a cache, the text layer, or nothing)."""
     return sum(1 for page in pages for region in page["regions"] if region["source"] == "model")

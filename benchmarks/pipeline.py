@@ -1,0 +1,186 @@
+"""End to end: the same documents through (a) `quire process` in this process and (b) the distributed service.
+
+The documents are `--documents` generated PDFs of `--pages` pages, three distinct paragraphs a page (every
+paragraph a region and an engine request, none answered from a cache). Both sides run the service tests' fast
+settings (benchmarks/stack.py FAST: 40 dpi, the `pdf` layout, no text layer, 4 tokens a region) on the same model
+(a tiny checkpoint unless `--model`), after a warm-up of `--warmup` other documents that loads the engine.
+
+(a) is what `quire process` does (pipeline/cli.py `_process_all`): one engine in this process, each file through
+process_file with its pages streamed through the window, the outputs written by a DocumentWriter. (b) uploads
+every document at once from `--clients` clients to `quire serve` with a CPU and a GPU worker (benchmarks/stack.py);
+its wall time runs from the first upload to the last document's `finished_at`.
+
+For each: pages/s and regions/s over the wall time; engine_busy_share, the engine's busy time (Engine.stats()
+busy_ms, the time spent in step(); read in (b) from the GPU worker's metrics port) over the same wall time.
+
+overhead_ms_per_region, (b) only: (wall_b - wall_a) / regions, in ms. What the distributed service costs per region
+beyond the in-process pipeline on the same documents, settings, engine and machine: the HTTP upload, Postgres rows
+and status updates, Redis messages, page images written to and read back from the blob store, and any time the
+engine waits on the queue. It is measured, not modelled, so it also carries the noise of a shared machine, and it
+can come out negative where the stack's extra processes find cores that (a) leaves idle.
+cpu_overhead_ms_per_region: the same difference in CPU time: (CPU seconds of the stack's processes, their
+children and its redis-server) - (CPU seconds of this process during (a)), per region. Postgres's own CPU is not
+in it (its server is shared; its backends are not ours to count).
+
+stage_ms_per_region, (b) only: how long the workers' tasks of each stage ran (the `duration_ms` they log), summed
+and divided by the regions; `recognize` includes the time a page's regions wait in the engine behind others.
+
+Targets (issue 8): overhead_ms_per_region < 5, engine_busy_share >= 0.8 in (b). The last line is one JSON object:
+(b)'s figures at the top level, (a)'s under `in_process`, the ratios b/a under `ratios`, and whether each target
+is met under `targets_met`.
+
+    PYTHONPATH=. .venv/bin/python -m benchmarks.pipeline [--documents 20] [--pages 5] [--model DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.stack import FAST, Stack, distributed_stack, exit_on_sigterm
+from benchmarks.workload import finished_at, generated_pdf, page_errors, result_counts, upload_all, wait_until_final
+from pipeline.config import Settings
+
+BUSY_TARGET, OVERHEAD_TARGET_MS = 0.8, 5.0
+
+
+def fast_settings(model: Path) -> Settings:
+    """The settings (b)'s processes read from FAST, for (a)."""
+    return Settings.model_validate({key.removeprefix("QUIRE_").lower(): value for key, value in FAST.items()}
+                                   | {"model": str(model)})
+
+
+def documents(label: str, count: int, pages: int) -> list[tuple[str, bytes]]:
+    return [(f"{label}-{i}.pdf", generated_pdf(f"{label} document {i}", pages=pages)) for i in range(count)]
+
+
+def in_process(model: Path, measured: list[tuple[str, bytes]], warmup: list[tuple[str, bytes]],
+               root: Path) -> dict[str, Any]:
+    """(a): the files through one in-process engine, as `quire process` runs them; its figures."""
+    from pipeline.documents.ingest import Limits
+    from pipeline.documents.layout import layout_backend
+    from pipeline.documents.outputs import DocumentWriter
+    from pipeline.documents.process import ProcessOptions, process_file
+    from pipeline.documents.recognize import EngineRecognizer
+    from pipeline.documents.regions import RegionOptions
+    from pipeline.engine.engine import Engine
+
+    settings = fast_settings(model)
+    layout = layout_backend(settings.layout, settings.layout_model, settings.device)
+    options = ProcessOptions(Limits(dpi=settings.dpi), RegionOptions(settings.crop_margin_pt, settings.text_layer),
+                             None, settings.pages_in_flight)
+    engine = Engine.from_pretrained(settings.model, device=settings.device, dtype=settings.dtype)
+    recognizer = EngineRecognizer(engine, settings.max_tokens)
+
+    def run(files: list[tuple[str, bytes]]) -> tuple[int, int]:
+        pages = regions = 0
+        for name, data in files:
+            path = root / "inputs" / name
+            path.write_bytes(data)
+            writer = DocumentWriter(root / "outputs", path.stem, settings.crop_margin_pt)
+            writer.start()
+            document = process_file(path, recognizer, layout, options, writer.page, model=str(model))
+            writer.finish(document)
+            if document.status != "succeeded":
+                raise RuntimeError(f"(a): {name} ended {document.status}: {document.error}")
+            pages += len(document.pages)
+            regions += sum(region.source == "model" for page in document.pages for region in page.regions)
+        return pages, regions
+
+    (root / "inputs").mkdir()
+    try:
+        run(warmup)
+        busy, cpu, started = engine.stats()["busy_ms"], time.process_time(), time.perf_counter()
+        pages, regions = run(measured)
+        wall = time.perf_counter() - started
+        return _figures(pages, regions, wall, (engine.stats()["busy_ms"] - busy) / 1000,
+                        time.process_time() - cpu)
+    finally:
+        engine.close()
+
+
+def distributed(stack: Stack, measured: list[tuple[str, bytes]], warmup: list[tuple[str, bytes]],
+                clients: int) -> dict[str, Any]:
+    """(b): every file uploaded at once to the running stack; its figures."""
+    warm = upload_all(stack.url, warmup, clients)
+    _require_succeeded(stack, wait_until_final(stack.url, [u.document_id for u in warm], timeout_s=300))
+    busy, cpu, started = stack.engine_stats()["busy_ms"], stack.cpu_s(), time.time()
+    uploads = upload_all(stack.url, measured, clients)
+    summaries = wait_until_final(stack.url, [u.document_id for u in uploads], timeout_s=120 + 5 * len(measured))
+    wall = max(finished_at(summary) for summary in summaries.values()) - started
+    busy_s, cpu_s = (stack.engine_stats()["busy_ms"] - busy) / 1000, stack.cpu_s() - cpu
+    _require_succeeded(stack, summaries)
+    counts = [result_counts(stack.url, document_id) for document_id in summaries]
+    regions = sum(r for _, r in counts)
+    figures = _figures(sum(p for p, _ in counts), regions, wall, busy_s, cpu_s)
+    stages = stack.stage_ms(started)
+    return figures | {"stage_ms_per_region": {stage: round(ms / regions, 2) for stage, ms in sorted(stages.items())}}
+
+
+def _require_succeeded(stack: Stack, summaries: dict[str, dict]) -> None:
+    failed = [f"{s['filename']}: {s['status']} {s['error']} {page_errors(stack.url, i)[:3]}"
+              for i, s in summaries.items() if s["status"] != "succeeded"]
+    if failed:
+        raise RuntimeError(f"(b): {len(failed)} documents did not succeed: {failed[:5]}\n{stack.tail()}")
+
+
+def _figures(pages: int, regions: int, wall_s: float, busy_s: float, cpu_s: float) -> dict[str, Any]:
+    return {"pages": pages, "regions": regions, "wall_s": round(wall_s, 3),
+            "pages_per_s": round(pages / wall_s, 2), "regions_per_s": round(regions / wall_s, 2),
+            "engine_busy_share": round(busy_s / wall_s, 3), "cpu_ms_per_region": round(1000 * cpu_s / regions, 2)}
+
+
+def report(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """(b)'s figures, its overheads over (a), (a)'s figures, the ratios b/a and the targets."""
+    overhead = round(1000 * (b["wall_s"] - a["wall_s"]) / b["regions"], 2)
+    cpu_overhead = round(b["cpu_ms_per_region"] - a["cpu_ms_per_region"], 2)
+    ratios = {key: round(b[key] / a[key], 3) if a[key] else None
+              for key in ("pages_per_s", "regions_per_s", "engine_busy_share", "cpu_ms_per_region")}
+    return {**b, "overhead_ms_per_region": overhead, "cpu_overhead_ms_per_region": cpu_overhead, "in_process": a,
+            "ratios": ratios, "targets_met": {"overhead_under_5_ms": overhead < OVERHEAD_TARGET_MS,
+                                              "engine_busy_at_least_80_pct": b["engine_busy_share"] >= BUSY_TARGET}}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--documents", type=int, default=20)
+    parser.add_argument("--pages", type=int, default=5, help="pages per document (three regions each)")
+    parser.add_argument("--warmup", type=int, default=2, help="documents run before timing, on each side")
+    parser.add_argument("--clients", type=int, default=4, help="concurrent uploads in (b)")
+    parser.add_argument("--cpu-processes", type=int, default=2, help="the CPU worker's --concurrency in (b)")
+    parser.add_argument("--gpu-threads", type=int, default=2, help="the GPU worker's --concurrency in (b): pages "
+                                                                     "whose regions share the engine at once")
+    parser.add_argument("--model", type=Path, default=None, help="checkpoint directory (default: a tiny one)")
+    args = parser.parse_args()
+    exit_on_sigterm()
+    measured, warmup = documents("bench", args.documents, args.pages), documents("warm-up", args.warmup, args.pages)
+    with tempfile.TemporaryDirectory(prefix="quire-pipeline-") as directory:
+        root = Path(directory)
+        model = args.model
+        if model is None:
+            from pipeline.engine.tiny_checkpoint import write_tiny_checkpoint
+
+            model = write_tiny_checkpoint(root / "tiny-checkpoint")
+        a = in_process(model, measured, warmup, root)
+        (root / "stack").mkdir()
+        with distributed_stack(root / "stack", model, args.cpu_processes, args.gpu_threads) as stack:
+            b = distributed(stack, measured, warmup, args.clients)
+    figures = report(a, b)
+    for label, side in (("(a) quire process", a), ("(b) distributed", b)):
+        print(f"{label}: {side['pages']} pages, {side['regions']} regions in {side['wall_s']} s: "
+              f"{side['pages_per_s']} pages/s, {side['regions_per_s']} regions/s, engine busy "
+              f"{100 * side['engine_busy_share']:.1f}% of the wall time, {side['cpu_ms_per_region']} CPU ms/region")
+    print(f"overhead of (b) over (a): {figures['overhead_ms_per_region']} ms/region wall (target < "
+          f"{OVERHEAD_TARGET_MS}), {figures['cpu_overhead_ms_per_region']} CPU ms/region; targets met: "
+          f"{figures['targets_met']}")
+    print(json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
