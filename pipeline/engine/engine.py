@@ -81,6 +81,7 @@ class Engine:
         self._inbox: queue.SimpleQueue[tuple[str, object]] = queue.SimpleQueue()
         self._futures: dict[str, Future[Output]] = {}
         self._loop_thread: threading.Thread | None = None
+        self._loop_lock = threading.Lock()
         self._wake = threading.Event()
         self._closed = False
         self._busy_s = 0.0
@@ -278,10 +279,13 @@ class Engine:
             self._loop_thread.join(timeout=10)
 
     def _ensure_loop(self) -> None:
+        """Start the loop thread unless it runs: under a lock, as submit is called from many threads at once and two
+        loops would step one scheduler together (a GPU worker's first pages failed with IndexError that way)."""
         self._wake.set()
-        if self._loop_thread is None or not self._loop_thread.is_alive():
-            self._loop_thread = threading.Thread(target=self._loop, name="quire-engine", daemon=True)
-            self._loop_thread.start()
+        with self._loop_lock:
+            if self._loop_thread is None or not self._loop_thread.is_alive():
+                self._loop_thread = threading.Thread(target=self._loop, name="quire-engine", daemon=True)
+                self._loop_thread.start()
 
     def _loop(self) -> None:
         while not self._closed:
