@@ -2,11 +2,11 @@
 
 A distributed stack (benchmarks/stack.py) is started; a warm-up batch loads the GPU worker's engine and settles
 its caches; then `--documents` one-page PDFs (three paragraphs each, every one distinct, so each is an engine
-request) are uploaded by `--clients` concurrent clients. Every document must succeed. More batches follow until
-the engine has recognised at least `--min-requests` regions since the warm-up (regions whose source is `model`
-in the results). The GPU worker's resident memory (VmRSS of the worker and every process under it) is read
-after the warm-up and again at the end; growth of `--max-growth` percent or more fails the run, as does any
-document that does not succeed.
+request) are uploaded by `--clients` concurrent clients. Every document must succeed. Batches of at most
+`--documents` more follow until the engine has recognised at least `--min-requests` regions since the warm-up
+(regions whose source is `model` in the results). The GPU worker's resident memory (VmRSS of the worker and every
+process under it) is read after the warm-up and after each batch; growth from the first reading to the last of
+`--max-growth` percent or more fails the run, as does any document that does not succeed.
 
 Printed: upload latency p50/p99 (the POST, as a client sees it), documents/s over the first batch (from the
 first upload to the last document's `finished_at`), the RSS readings and the growth. Last line: one JSON object
@@ -68,13 +68,15 @@ def measure(stack: Stack, args: argparse.Namespace) -> dict[str, object]:
     wall_s = max(finished_at(summary) for summary in summaries.values()) - started
     failed += failures(summaries)
     requests, batches = model_requests(stack, summaries), 0
+    readings = [rss_before, tree_rss_kib(gpu)]
     while requests < args.min_requests and not failed:
         batches += 1
-        extra = math.ceil((args.min_requests - requests) / PARAGRAPHS)
+        extra = min(args.documents, math.ceil((args.min_requests - requests) / PARAGRAPHS))
         _, more = run_batch(stack, f"extra{batches}", extra, args.clients)
         failed += failures(more)
         requests += model_requests(stack, more)
-    rss_after = tree_rss_kib(gpu)
+        readings.append(tree_rss_kib(gpu))
+    rss_after = readings[-1]
     latencies = [upload.latency_s * 1000 for upload in uploads]
     return {
         "documents": args.documents, "clients": args.clients, "failed": len(failed),
@@ -83,6 +85,7 @@ def measure(stack: Stack, args: argparse.Namespace) -> dict[str, object]:
         "engine_requests": requests, "extra_batches": batches,
         "gpu_rss_after_warmup_kib": rss_before, "gpu_rss_after_load_kib": rss_after,
         "gpu_rss_growth_pct": round(100 * (rss_after - rss_before) / rss_before, 2),
+        "gpu_rss_per_batch_kib": readings,
         "failures": failed[:10]}
 
 
