@@ -45,9 +45,12 @@ class Settings(BaseSettings):
     # an unfinished document whose rows have not moved this long is taken for lost and sent again (the reaper);
     # above the longest queue wait expected, or waiting documents are sent twice (harmless, wasted work)
     reap_after_s: float = 900.0
-    reap_interval_s: float = 60.0  # how often the embedded workers, or one CPU worker, look for such documents
+    reap_interval_s: float = 60.0  # how often the embedded service, or one of the workers, looks for such documents
     cpu_threads: int = 2  # embedded mode: threads for ingest, render and layout
-    gpu_threads: int = 4  # embedded mode: recognize tasks in flight at once, all feeding the one engine
+    # recognize tasks in flight at once, all feeding the one engine (embedded, and a GPU worker's default concurrency):
+    # a page has a handful of regions, so it takes several pages in flight to fill the engine's batch
+    # (benchmarks/pipeline.py: engine busy 73 % of the wall time with 2, 82 % with 8)
+    gpu_threads: int = 8
     log_format: Literal["json", "text"] = "json"  # `quire serve` / `quire worker` logs: one JSON object a line
     metrics_port: int = 0  # a worker serves its engine's Prometheus metrics on this port; 0: none
     # API keys: auto = required unless `quire serve` listens on a loopback address only; required; off
