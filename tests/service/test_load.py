@@ -6,27 +6,16 @@ engine requests)."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import httpx
-import pymupdf
 
+from benchmarks.stack import tree_rss_kib
+from benchmarks.workload import generated_pdf
 from tests.service.conftest import Service
 from tests.service.test_documents import result, wait_until_final
 
 DOCUMENTS, CLIENTS, WARM_UP, PARAGRAPHS = 40, 10, 5, 3
 MAX_GROWTH = 0.10
-
-
-def three_paragraph_pdf(name: str) -> bytes:
-    """One page, three paragraphs far apart (three regions for the `pdf` layout), text no other page has."""
-    document = pymupdf.open()
-    page = document.new_page(width=612, height=792)
-    for slot, y in enumerate((90, 330, 570)[:PARAGRAPHS], 1):
-        page.insert_text((72, y), f"{name}, paragraph {slot}", fontsize=20)
-    data = document.tobytes()
-    document.close()
-    return data
 
 
 def upload_all(service: Service, names: list[str]) -> list[str]:
@@ -38,37 +27,13 @@ def upload_all(service: Service, names: list[str]) -> list[str]:
 
             async def one(name: str) -> str:
                 async with gate:
-                    response = await client.post("/v1/documents", files={"file": (name, three_paragraph_pdf(name))})
+                    response = await client.post("/v1/documents", files={"file": (name, generated_pdf(name, paragraphs=PARAGRAPHS))})
                 assert response.status_code == 202, response.text
                 return response.json()["id"]
 
             return await asyncio.gather(*(one(name) for name in names))
 
     return asyncio.run(run())
-
-
-def tree_rss_kib(pid: int) -> int:
-    """VmRSS of pid and every process under it (a threads-pool GPU worker has none today; a prefork one would)."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError):
-                continue
-    tree, todo = [], [pid]
-    while todo:
-        tree.append(todo.pop())
-        todo.extend(child for child, parent in parents.items() if parent == tree[-1])
-    return sum(_vm_rss_kib(each) for each in tree)
-
-
-def _vm_rss_kib(pid: int) -> int:
-    try:
-        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-    except OSError:
-        return 0  # gone since the scan
-    return next((int(line.split()[1]) for line in lines if line.startswith("VmRSS:")), 0)
 
 
 def run_burst(service: Service, label: str, count: int) -> list[dict]:
