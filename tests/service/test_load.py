@@ -26,8 +26,9 @@ def upload_all(service: Service, names: list[str]) -> list[str]:
         async with httpx.AsyncClient(base_url=service.url, headers=service.headers(), timeout=60) as client:
 
             async def one(name: str) -> str:
+                data = generated_pdf(name, paragraphs=PARAGRAPHS)
                 async with gate:
-                    response = await client.post("/v1/documents", files={"file": (name, generated_pdf(name, paragraphs=PARAGRAPHS))})
+                    response = await client.post("/v1/documents", files={"file": (name, data)})
                 assert response.status_code == 202, response.text
                 return response.json()["id"]
 
