@@ -1,5 +1,9 @@
 """Writes that must be idempotent under task re-delivery and concurrent workers: INSERT … ON CONFLICT.
 
+Many rows go as one statement with a list of parameter sets (executemany, which SQLAlchemy batches into multi-row
+VALUES), never as `.values([...])`: a statement with its rows inlined is compiled afresh every time (a few ms each,
+once per page), while this one is compiled once per process.
+
 A task that dies after writing and is re-delivered writes the same rows again; a select-then-insert would race
 with a sibling worker and fail on the unique constraint, so these let the database decide in one statement.
 Postgres and SQLite (3.24+) share the ON CONFLICT syntax; only the insert construct differs per dialect.
@@ -8,6 +12,7 @@ Postgres and SQLite (3.24+) share the ON CONFLICT syntax; only the insert constr
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 from sqlalchemy import Table, select
@@ -18,12 +23,23 @@ from .models import Page, RecognitionCache, Region, utcnow
 
 
 def _insert(session: Session, table: Table) -> Any:
-    dialect = session.get_bind().dialect.name
+    return _dialect_insert(session.get_bind().dialect.name, table)
+
+
+def _dialect_insert(dialect: str, table: Table) -> Any:
     if dialect == "postgresql":
         return postgresql.insert(table)
     if dialect == "sqlite":
         return sqlite.insert(table)
     raise ValueError(f"unsupported database dialect {dialect!r}: Quire runs on Postgres and SQLite")
+
+
+@lru_cache(maxsize=32)
+def _region_upsert(dialect: str, columns: frozenset[str]) -> Any:
+    """The upsert of regions given these columns, built once (building `excluded` costs more than running it)."""
+    statement = _dialect_insert(dialect, Region.__table__)
+    changed = {key: statement.excluded[key] for key in columns if key not in ("id", "page_id", "index")}
+    return statement.on_conflict_do_update(index_elements=["page_id", "index"], set_=changed)
 
 
 def upsert_regions(session: Session, rows: Sequence[dict[str, Any]]) -> None:
@@ -36,14 +52,12 @@ def upsert_regions(session: Session, rows: Sequence[dict[str, Any]]) -> None:
     """
     if not rows:
         return
-    table = Region.__table__
     keys = set(rows[0])
     if any(set(row) != keys for row in rows):
         raise ValueError("upsert_regions: every row must have the same columns")
     now = utcnow()
-    statement = _insert(session, table).values([{**row, "updated_at": now} for row in rows])
-    changed = {key: statement.excluded[key] for key in keys | {"updated_at"} if key not in ("id", "page_id", "index")}
-    session.execute(statement.on_conflict_do_update(index_elements=["page_id", "index"], set_=changed))
+    statement = _region_upsert(session.get_bind().dialect.name, frozenset(keys | {"updated_at"}))
+    session.execute(statement, [{**row, "updated_at": now} for row in rows])
 
 
 class CropKey(NamedTuple):
@@ -74,5 +88,5 @@ def insert_pages(session: Session, document_id: str, count: int) -> None:
     now = utcnow()
     rows = [{"document_id": document_id, "index": index, "status": "queued", "rotation": 0, "timings": {},
              "created_at": now, "updated_at": now} for index in range(count)]
-    session.execute(_insert(session, Page.__table__).values(rows)
-                    .on_conflict_do_nothing(index_elements=["document_id", "index"]))
+    session.execute(_insert(session, Page.__table__).on_conflict_do_nothing(index_elements=["document_id", "index"]),
+                    rows)
