@@ -153,8 +153,8 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=2, help="documents run before timing, on each side")
     parser.add_argument("--clients", type=int, default=4, help="concurrent uploads in (b)")
     parser.add_argument("--cpu-processes", type=int, default=2, help="the CPU worker's --concurrency in (b)")
-    parser.add_argument("--gpu-threads", type=int, default=2, help="the GPU worker's --concurrency in (b): pages "
-                                                                     "whose regions share the engine at once")
+    parser.add_argument("--gpu-threads", type=int, default=Settings().gpu_threads,
+                        help="the GPU worker's --concurrency in (b): pages whose regions share the engine at once")
     parser.add_argument("--model", type=Path, default=None, help="checkpoint directory (default: a tiny one)")
     args = parser.parse_args()
     exit_on_sigterm()
