@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from sqlalchemy import Table, select
+from sqlalchemy import Table, select, tuple_
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -69,16 +69,31 @@ class CropKey(NamedTuple):
     image_sha256: str
 
 
-def remember_recognition(session: Session, key: CropKey, **result: Any) -> None:
-    """Cache one crop's result; the first writer wins, because every writer computed the same greedy output."""
-    statement = _insert(session, RecognitionCache.__table__).values(**key._asdict(), created_at=utcnow(), **result)
-    session.execute(statement.on_conflict_do_nothing(index_elements=list(CropKey._fields)))
+def remember_recognitions(session: Session, results: Sequence[tuple[CropKey, dict[str, Any]]]) -> None:
+    """Cache crops' results (every result with the same fields) in one statement; per crop the first writer wins,
+    because every writer computed the same greedy output."""
+    if not results:
+        return
+    now = utcnow()
+    session.execute(_cache_insert(session.get_bind().dialect.name),
+                    [{**key._asdict(), "created_at": now, **result} for key, result in results])
 
 
-def recall_recognition(session: Session, key: CropKey) -> RecognitionCache | None:
-    """The cached result for this crop under this tenant, model revision and task, if one was stored."""
-    matches = (getattr(RecognitionCache, name) == value for name, value in key._asdict().items())
-    return session.scalars(select(RecognitionCache).where(*matches)).one_or_none()
+@lru_cache(maxsize=4)
+def _cache_insert(dialect: str) -> Any:
+    statement = _dialect_insert(dialect, RecognitionCache.__table__)
+    return statement.on_conflict_do_nothing(index_elements=list(CropKey._fields))
+
+
+def recall_recognitions(session: Session, keys: Sequence[CropKey]) -> list[RecognitionCache | None]:
+    """The cached result for each crop under its tenant, model revision and task (None where none was stored), in
+    one query."""
+    if not keys:
+        return []
+    columns = tuple_(*(getattr(RecognitionCache, name) for name in CropKey._fields))
+    found = session.scalars(select(RecognitionCache).where(columns.in_([tuple(key) for key in set(keys)])))
+    by_key = {CropKey(*(getattr(hit, name) for name in CropKey._fields)): hit for hit in found}
+    return [by_key.get(key) for key in keys]
 
 
 def insert_pages(session: Session, document_id: str, count: int) -> None:

@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from pipeline.db.models import Document, Page, Region, utcnow
 from pipeline.db.session import session_scope
-from pipeline.db.upserts import CropKey, insert_pages, recall_recognition, remember_recognition, upsert_regions
+from pipeline.db.upserts import CropKey, insert_pages, recall_recognitions, remember_recognitions, upsert_regions
 from pipeline.documents.assemble import document_json, document_markdown
 from pipeline.documents.errors import DocumentError
 from pipeline.documents.ingest import SourcePage, ingest, sniff
@@ -149,10 +149,9 @@ def recognize_page(ctx: Context, page_id: int) -> None:
         if document is None:
             return
         upsert_regions(session, rows)
-        for key, output in zip(keys, outputs, strict=True):
-            if output.source == "model":
-                remember_recognition(session, key, text=output.text, html=output.html, latex=output.latex,
-                                     finish_reason=output.finish_reason, truncated=output.truncated)
+        remember_recognitions(session, [(key, {"text": output.text, "html": output.html, "latex": output.latex,
+                                               "finish_reason": output.finish_reason, "truncated": output.truncated})
+                                        for key, output in zip(keys, outputs, strict=True) if output.source == "model"])
         document.model = ctx.recognition.model
         regions = [region_output(region) for region in session.get_one(Page, page_id).regions]
         complete = _finish_page(session, page_id, page_problem(regions))
@@ -284,7 +283,7 @@ def _recognize(ctx: Context, tenant: str, crops: list[Image.Image], keys: list[C
     assert ctx.recognition is not None
     recognizer = ctx.recognition.recognizer(tenant)
     with session_scope(ctx.db) as session:
-        cached = [recall_recognition(session, key) for key in keys]
+        cached = recall_recognitions(session, keys)
     futures: dict[int, Future[Recognition]] = {
         i: recognizer.submit(RecognitionTask(crop, region.task or "ocr", f"page{region.page_id}-region{region.index}"))
         for i, (region, crop, hit) in enumerate(zip(regions, crops, cached, strict=True)) if hit is None}

@@ -11,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from pipeline.config import Settings
 from pipeline.db.models import Document, Page, Region
 from pipeline.db.session import create_db_engine, session_scope
-from pipeline.db.upserts import CropKey, recall_recognition, remember_recognition, upsert_regions
+from pipeline.db.upserts import CropKey, recall_recognitions, remember_recognitions, upsert_regions
 
 SHA = "ab" * 32
 
@@ -118,14 +118,17 @@ def test_the_recognition_cache_keeps_the_first_result_per_tenant_model_task_and_
         return CropKey(tenant, revision, task, SHA)
 
     with session_scope(engine) as session:
-        remember_recognition(session, key(), text="ACME Corp.")
-        remember_recognition(session, key(), text="written by a racing worker")
-        remember_recognition(session, key(task="table"), html="<table></table>")
+        remember_recognitions(session, [(key(), {"text": "ACME Corp."}), (key(), {"text": "a racing worker's"})])
+        remember_recognitions(session, [(key(), {"text": "written later"})])
+        remember_recognitions(session, [(key(task="table"), {"html": "<table></table>"})])
     with session_scope(engine) as session:
-        assert recall_recognition(session, key()).text == "ACME Corp."
-        assert recall_recognition(session, key(task="table")).html == "<table></table>"
-        assert recall_recognition(session, key(revision="rev-2")) is None  # a new model revision starts afresh
-        assert recall_recognition(session, key(tenant="globex")) is None  # another tenant never sees the hit
+        ocr, table, new_model, other_tenant, again = recall_recognitions(
+            session, [key(), key(task="table"), key(revision="rev-2"), key(tenant="globex"), key()])
+    assert ocr.text == again.text == "ACME Corp."
+    assert table.html == "<table></table>"
+    assert new_model is None  # a new model revision starts afresh
+    assert other_tenant is None  # another tenant never sees the hit
+    assert recall_recognitions(session, []) == []
 
 
 def test_session_scope_rolls_back_when_the_block_raises(engine: Engine) -> None:
