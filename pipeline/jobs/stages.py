@@ -116,7 +116,7 @@ def prepare_page(ctx: Context, page_id: int) -> None:
         upsert_regions(session, rows)
         _describe(page, laid_out, image_key)
         page.status = "processing"
-        complete = False if pending else _finish_page(session, page_id, page_problem(outputs))
+        complete = False if pending else _finish_page(session, page_id, document.id, page_problem(outputs))
     if pending:
         ctx.dispatcher.send("recognize", page_id)
     elif complete:
@@ -154,7 +154,7 @@ def recognize_page(ctx: Context, page_id: int) -> None:
                                         for key, output in zip(keys, outputs, strict=True) if output.source == "model"])
         document.model = ctx.recognition.model
         regions = [region_output(region) for region in session.get_one(Page, page_id).regions]
-        complete = _finish_page(session, page_id, page_problem(regions))
+        complete = _finish_page(session, page_id, document_id, page_problem(regions))
     if complete:
         ctx.dispatcher.send("finalize", document_id)
 
@@ -244,19 +244,18 @@ def _finish_failed_page(ctx: Context, page_id: int, output: PageOutput) -> None:
         page.width_px, page.height_px, page.dpi = output.width_px, output.height_px, output.dpi
         page.width_pt, page.height_pt, page.rotation = output.width_pt, output.height_pt, output.rotation
         document_id = page.document_id
-        complete = _finish_page(session, page_id, output.error)
+        complete = _finish_page(session, page_id, document_id, output.error)
     if complete:
         ctx.dispatcher.send("finalize", document_id)
 
 
-def _finish_page(session: Session, page_id: int, problem: Problem | None) -> bool:
+def _finish_page(session: Session, page_id: int, document_id: str, problem: Problem | None) -> bool:
     """Move an open page to its final state and count it; True when it was the document's last page."""
     moved = session.execute(update(Page).where(Page.id == page_id, Page.status.in_(OPEN_PAGE)).values(
         status="failed" if problem else "succeeded", error_code=problem.code if problem else None,
         error_message=problem.message if problem else None, updated_at=utcnow()))
     if moved.rowcount != 1:  # finished by an earlier delivery of this task
         return False
-    document_id = session.scalars(select(Page.document_id).where(Page.id == page_id)).one()
     done, total = session.execute(update(Document).where(Document.id == document_id)
                                   .values(pages_done=Document.pages_done + 1)
                                   .returning(Document.pages_done, Document.page_count)).one()
