@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -28,6 +28,7 @@ from pathlib import Path
 import httpx
 import redis
 from sqlalchemy import create_engine, text
+from sqlalchemy.exc import OperationalError
 
 from pipeline.metrics import ENGINE_COUNTERS
 
@@ -165,7 +166,7 @@ def distributed_stack(root: Path, model: Path | None = None, cpu_concurrency: in
         model = write_tiny_checkpoint(root / "tiny-checkpoint")
     with ExitStack() as cleanup:
         redis_server, broker_url = cleanup.enter_context(_throwaway_redis(root))
-        database_url = cleanup.enter_context(_scratch_database())
+        database_url = cleanup.enter_context(scratch_database("quire_bench"))
         stack = Stack(f"http://127.0.0.1:{free_port()}", root, {}, free_port(), redis_server)
         stack.env = _env(root, model, QUIRE_DATABASE_URL=database_url, QUIRE_BROKER_URL=broker_url,
                          QUIRE_API_KEYS="off", QUIRE_METRICS_PORT=str(stack.metrics_port), **settings)
@@ -175,8 +176,8 @@ def distributed_stack(root: Path, model: Path | None = None, cpu_concurrency: in
         _start(stack, "serve", "serve", "--port", port)
         _start(stack, "cpu", "worker", "--queues", "cpu", "--concurrency", str(cpu_concurrency))
         _start(stack, "gpu", "worker", "--queues", "gpu", "--concurrency", str(gpu_concurrency))
-        _wait_for_health(stack)
-        _wait_for_workers(stack, broker_url)
+        wait_for_health(stack.url, stack.processes.values(), stack.tail)
+        wait_for_workers(broker_url, {"quire-cpu", "quire-gpu"}, stack.tail)
         yield stack
 
 
@@ -221,29 +222,38 @@ def _signal_group(process: subprocess.Popen, signum: int) -> None:
         pass
 
 
-def _wait_for_health(stack: Stack, timeout_s: float = 120.0) -> None:
+def wait_for_health(url: str, processes: Iterable[subprocess.Popen], tail: Callable[[], str],
+                    timeout_s: float = 120.0) -> None:
+    """Return once url's /health answers 200; RuntimeError (with tail()) when a process exits first or time is up."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if any(process.poll() is not None for process in stack.processes.values()):
-            raise RuntimeError(f"a service process exited early\n{stack.tail()}")
+        if any(process.poll() is not None for process in processes):
+            raise RuntimeError(f"a service process exited early\n{tail()}")
         try:
-            if httpx.get(f"{stack.url}/health", timeout=2).status_code == 200:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
                 return
         except httpx.TransportError:
             pass
         time.sleep(0.2)
-    raise RuntimeError(f"the API did not answer /health in {timeout_s} s\n{stack.tail()}")
+    raise RuntimeError(f"the API did not answer /health in {timeout_s} s\n{tail()}")
 
 
-def _wait_for_workers(stack: Stack, broker_url: str, timeout_s: float = 120.0) -> None:
+def wait_for_workers(broker_url: str, names: set[str], tail: Callable[[], str], timeout_s: float = 120.0) -> None:
+    """Return once Celery workers with these names (before the @) answer a ping; RuntimeError when time is up."""
     from celery import Celery
 
-    probe, deadline = Celery(broker=broker_url), time.monotonic() + timeout_s
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        replies = {name.split("@")[0] for reply in probe.control.ping(timeout=1.0) for name in reply}
-        if {"quire-cpu", "quire-gpu"} <= replies:
+        probe = Celery(broker=broker_url)
+        try:
+            replies = {name.split("@")[0] for reply in probe.control.ping(timeout=1.0) for name in reply}
+        except redis.ConnectionError:  # a connection kept from before a broker restart
+            replies = set()
+        finally:
+            probe.close()
+        if names <= replies:
             return
-    raise RuntimeError(f"the workers did not answer a ping in {timeout_s} s\n{stack.tail()}")
+    raise RuntimeError(f"workers {names} did not answer a ping in {timeout_s} s\n{tail()}")
 
 
 @contextmanager
@@ -273,12 +283,16 @@ def _pings(client: redis.Redis) -> bool:
 
 
 @contextmanager
-def _scratch_database() -> Iterator[str]:
-    """A database of this run's own on the local Postgres, dropped (connections and all) at the end."""
+def scratch_database(prefix: str) -> Iterator[str]:
+    """A database of this run's own on the local Postgres, dropped (connections and all) at the end; its URL."""
     maintenance = create_engine(f"{POSTGRES}/postgres", isolation_level="AUTOCOMMIT")
-    name = f"quire_bench_{uuid.uuid4().hex[:12]}"
-    with maintenance.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    try:
+        with maintenance.connect() as connection:
+            connection.execute(text(f'CREATE DATABASE "{name}"'))
+    except OperationalError as exc:
+        maintenance.dispose()
+        raise RuntimeError(f"Postgres at 127.0.0.1:5432 is not reachable (`.ci/run` starts it): {exc}") from exc
     try:
         yield f"{POSTGRES}/{name}"
     finally:

@@ -8,23 +8,19 @@ each other's tables."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.exc import OperationalError
 
+from benchmarks.stack import scratch_database
 from pipeline.db.migrate import upgrade_to_head
 from pipeline.db.session import create_db_engine
 from pipeline.documents.tiny_layout import TinyLayoutSpec, write_tiny_layout_checkpoint
 from pipeline.engine.tiny_checkpoint import TinySpec, write_tiny_checkpoint
 from tests.jobs.expected import service_settings
 from workers.engine_host import EngineHost
-
-POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432"
 
 
 def _written_once(tmp_path_factory: pytest.TempPathFactory, write, default, folder: str):
@@ -54,25 +50,6 @@ def tiny_checkpoint(checkpoint_factory) -> Path:
 def layout_checkpoint_factory(tmp_path_factory: pytest.TempPathFactory):
     """Tiny PP-DocLayout checkpoints (V2 by default), written once per spec per session."""
     return _written_once(tmp_path_factory, write_tiny_layout_checkpoint, TinyLayoutSpec(), "layout")
-
-
-@contextmanager
-def scratch_database(prefix: str) -> Iterator[str]:
-    """A database created on the local Postgres for this session, dropped afterwards; its URL."""
-    maintenance = create_engine(f"{POSTGRES}/postgres", isolation_level="AUTOCOMMIT")
-    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
-    try:
-        with maintenance.connect() as connection:
-            connection.execute(text(f'CREATE DATABASE "{name}"'))
-    except OperationalError as exc:
-        maintenance.dispose()
-        pytest.fail(f"Postgres at 127.0.0.1:5432 is not reachable (`.ci/run` starts it): {exc}")
-    try:
-        yield f"{POSTGRES}/{name}"
-    finally:
-        with maintenance.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        maintenance.dispose()
 
 
 @pytest.fixture(scope="session")

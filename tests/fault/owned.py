@@ -21,7 +21,7 @@ import psycopg
 import pytest
 import redis
 
-from tests.service.conftest import free_port
+from benchmarks.stack import free_port
 
 
 def until(condition: Callable[[], bool], timeout_s: float, message: str, tail: Callable[[], str]) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from benchmarks.stack import scratch_database
 from pipeline.accounts import ensure_tenant, set_callback_url
 from pipeline.db.migrate import upgrade_to_head
 from pipeline.db.models import Batch, Document, WebhookDelivery
@@ -22,7 +23,6 @@ from pipeline.jobs.options import DocumentOptions
 from pipeline.jobs.stages import STAGES
 from pipeline.storage import LocalBlobStore
 from pipeline.webhooks import verify
-from tests.conftest import scratch_database
 from tests.documents.samples import ENCRYPTED
 from tests.jobs.conftest import accept, wait_until_final
 from tests.jobs.expected import CORPUS, service_settings

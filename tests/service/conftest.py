@@ -13,19 +13,17 @@ from __future__ import annotations
 
 import os
 import random
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 import pytest
 import redis
 
-from tests.conftest import scratch_database
+from benchmarks import stack
+from benchmarks.stack import free_port, scratch_database
 
 REDIS = "redis://127.0.0.1:6379"
 FAST = {"QUIRE_MAX_TOKENS": "4", "QUIRE_DPI": "40", "QUIRE_LAYOUT": "pdf", "QUIRE_TEXT_LAYER": "off",
@@ -61,12 +59,6 @@ class Service:
             return "\n".join(lines)[-2000:]
 
         return "\n".join(f"--- {log.name}\n{last(log)}" for log in self.logs)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def quire_env(root: Path, model: Path, **extra: str) -> dict[str, str]:
@@ -108,34 +100,11 @@ def start(processes: list[subprocess.Popen], log: Path, env: dict[str, str], *ar
 
 
 def wait_for_health(service: Service, processes: list[subprocess.Popen], timeout_s: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if any(process.poll() is not None for process in processes):
-            pytest.fail(f"a service process exited early\n{service.tail()}")
-        try:
-            if httpx.get(f"{service.url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    pytest.fail(f"the API did not answer /health in {timeout_s} s\n{service.tail()}")
+    stack.wait_for_health(service.url, processes, service.tail, timeout_s)
 
 
 def wait_for_workers(broker_url: str, names: set[str], service: Service, timeout_s: float = 90.0) -> None:
-    from celery import Celery
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        probe = Celery(broker=broker_url)
-        try:
-            replies = {name.split("@")[0] for reply in probe.control.ping(timeout=1.0) for name in reply}
-        except redis.ConnectionError:  # a connection kept from before a broker restart (the fault tests')
-            replies = set()
-        finally:
-            probe.close()
-        if names <= replies:
-            return
-    pytest.fail(f"workers {names} did not answer a ping in {timeout_s} s\n{service.tail()}")
+    stack.wait_for_workers(broker_url, names, service.tail, timeout_s)
 
 
 @pytest.fixture(scope="session")
