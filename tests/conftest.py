@@ -8,6 +8,14 @@ each other's tables."""
 
 from __future__ import annotations
 
+import os
+
+import torch
+
+# Triton reads this when a kernel module is imported, so it must be set before any test module imports one.
+if "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+
 from collections.abc import Iterator
 from pathlib import Path
 
