@@ -12,7 +12,8 @@ from prometheus_client.registry import Collector
 # Engine.stats() keys that only ever grow; the rest are levels.
 ENGINE_COUNTERS = frozenset({
     "block_evictions", "prefix_query_tokens", "prefix_hit_tokens", "encoder_cache_hits", "encoder_cache_misses",
-    "encoder_cache_evictions", "vision_tower_calls", "vision_tower_images", "preemptions", "busy_ms"})
+    "encoder_cache_evictions", "vision_tower_calls", "vision_tower_images", "preemptions", "busy_ms",
+    "decode_graph_steps", "schedule_ms", "prepare_ms", "forward_ms", "sample_ms", "update_ms"})
 
 
 def engine_families(stats: dict[str, int]) -> Iterator[Metric]:

@@ -23,14 +23,19 @@ def heads_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **options
 
 
 class PagedKVCache:
-    """Per-layer K and V pools of shape [num_blocks, block_size, kv_heads, head_dim], allocated once."""
+    """Per-layer K and V pools of shape [num_blocks + 1, block_size, kv_heads, head_dim], allocated once.
+
+    The extra block (`scratch_block`) is never handed out: the padding rows of a CUDA graph's fixed-size batch write
+    their K/V there and read it back, so they never touch a sequence's blocks.
+    """
 
     def __init__(self, num_layers: int, num_blocks: int, block_size: int, kv_heads: int, head_dim: int,
                  dtype: torch.dtype, device: torch.device | str) -> None:
-        shape = (num_layers, num_blocks, block_size, kv_heads, head_dim)
+        shape = (num_layers, num_blocks + 1, block_size, kv_heads, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.block_size = block_size
+        self.scratch_block = num_blocks
 
     @staticmethod
     def blocks_for_budget(memory_bytes: int, num_layers: int, block_size: int, kv_heads: int, head_dim: int,
@@ -83,6 +88,45 @@ class PagedAttention:
             rows = slice(chunk.start, chunk.start + chunk.length)
             out[rows] = causal_attention(q[rows], keys, values, chunk.context - chunk.length)
         return out
+
+
+class FusedPagedAttention:
+    """Attention of one step in one Triton call per layer: every prefill chunk and decode row through the block tables.
+
+    The step's tensors (see step_batch.Uploader) are built once and shared by every layer; nothing here syncs with
+    the host, so a decode step runs the same way inside a CUDA graph.
+    """
+
+    def __init__(self, cache: PagedKVCache, tensors: dict[str, torch.Tensor]) -> None:
+        from .triton_attention import paged_attention
+
+        self.kernel = paged_attention
+        self.cache, self.slots = cache, tensors["slots"].long()
+        self.meta = tuple(tensors[name] for name in ("block_tables", "query_start", "seq_lens", "work_seq",
+                                                     "work_row"))
+
+    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        k_pool, v_pool = self.cache.k[layer], self.cache.v[layer]
+        kv_shape = (-1, *k_pool.shape[2:])
+        k_pool.view(kv_shape).index_copy_(0, self.slots, k)
+        v_pool.view(kv_shape).index_copy_(0, self.slots, v)
+        return self.kernel(q, k_pool, v_pool, *self.meta, q.shape[-1] ** -0.5)
+
+
+class VarlenAttention:
+    """Every frame of a packed vision batch in one Triton call per layer: block-diagonal, non-causal."""
+
+    def __init__(self, lengths: list[int]) -> None:
+        from .triton_attention import varlen_attention
+
+        self.kernel = varlen_attention
+        self.offsets = torch.tensor([0, *lengths], dtype=torch.int32).cumsum(0, dtype=torch.int32)
+        self.longest = max(lengths)
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if self.offsets.device != q.device:
+            self.offsets = self.offsets.to(q.device)
+        return self.kernel(q, k, v, self.offsets, self.longest, q.shape[-1] ** -0.5)
 
 
 class Chunk:

@@ -1,9 +1,11 @@
 """KV cache blocks: a fixed pool of block ids with reference counts and a prefix-hash table.
 
-Sequences own blocks through their block tables; a block returns to the free queue when its last owner
-lets go. A full block may carry a hash (see `block_hash`): it then stays findable while free, until the
-pool needs room and evicts it, least recently freed first (vLLM's automatic prefix caching semantics).
-The counters are what tests use to prove that aborts and finishes leak nothing.
+Sequences own blocks through their block tables; a block returns to a free queue when its last owner lets
+go. A full block may carry a hash (see `BlockKey`): it then stays findable while free, until the pool needs
+room and evicts it. Free blocks wait in two queues so that every operation is O(1) whatever the pool's
+size: never-cached blocks first, then cached ones least recently freed first (vLLM's automatic prefix
+caching semantics), so a cached block is evicted only when no blank one is left. The counters are what
+tests use to prove that aborts and finishes leak nothing.
 """
 
 from __future__ import annotations
@@ -36,15 +38,16 @@ class BlockPool:
             raise ValueError("the KV cache needs at least one block")
         self.num_blocks = num_blocks
         self.ref_counts = [0] * num_blocks
-        self.free_queue: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
+        # A stack popping the lowest ids first: a fresh pool, or a table released whole, comes back consecutive.
+        self.uncached = list(range(num_blocks - 1, -1, -1))
+        self.lru: OrderedDict[int, None] = OrderedDict()
         self.keys: dict[int, tuple[bytes, BlockKey]] = {}
         self.cached: dict[bytes, int] = {}
         self.evictions = 0
-        self.cursor = 0
 
     @property
     def num_free(self) -> int:
-        return len(self.free_queue)
+        return len(self.uncached) + len(self.lru)
 
     @property
     def num_used(self) -> int:
@@ -55,61 +58,34 @@ class BlockPool:
         return len(self.cached)
 
     def allocate(self, count: int) -> list[int]:
+        """`count` blocks, blank ones first; only then the least recently freed cached ones, evicted."""
         if count > self.num_free:
             raise RuntimeError(f"asked for {count} blocks with {self.num_free} free")
-        blocks = [self.free_queue.popitem(last=False)[0] for _ in range(count)]
+        blocks = [self._pop() for _ in range(count)]
         for block in blocks:
-            self._forget(block)
             self.ref_counts[block] = 1
         return blocks
 
-    def allocate_run(self, count: int, headroom: int = 0) -> list[int]:
-        """`count` consecutive blocks followed by `headroom` free ones, if such an uncached run exists.
-
-        Consecutive blocks let attention read a sequence's KV as a view instead of gathering it; the
-        headroom (a placement preference, not a reservation) leaves the sequence room to grow in place.
-        Falls back to least-recently-freed order, so cached blocks are never evicted out of turn.
-        """
-        start = self._find_run(count + headroom) if count else None
-        if start is None:
-            return self.allocate(count)
-        self.cursor = (start + count + headroom) % self.num_blocks
-        return self._take(range(start, start + count))
-
-    def allocate_after(self, last: int, count: int) -> list[int]:
-        """`count` blocks, right after block `last` when those are free and uncached."""
-        wanted = range(last + 1, last + 1 + count)
-        if wanted.stop <= self.num_blocks and all(self._is_spare(b) for b in wanted):
-            return self._take(wanted)
-        return self.allocate_run(count)
-
-    def _is_spare(self, block: int) -> bool:
-        return self.ref_counts[block] == 0 and block not in self.keys
-
-    def _find_run(self, length: int) -> int | None:
-        """Next fit from the cursor, so a new run does not land in the headroom of the previous one."""
-        for blocks in (range(self.cursor, self.num_blocks), range(self.cursor)):
-            run = 0
-            for block in blocks:
-                run = run + 1 if self._is_spare(block) else 0
-                if run == length:
-                    return block - length + 1
-        return None
-
-    def _take(self, blocks: range) -> list[int]:
-        for block in blocks:
-            del self.free_queue[block]
-            self.ref_counts[block] = 1
-        return list(blocks)
+    def _pop(self) -> int:
+        if self.uncached:
+            return self.uncached.pop()
+        block = self.lru.popitem(last=False)[0]
+        digest, _ = self.keys.pop(block)
+        del self.cached[digest]
+        self.evictions += 1
+        return block
 
     def release(self, blocks: Sequence[int]) -> None:
-        """Drop one reference to each block; a block whose last owner left joins the free queue's tail."""
+        """Drop one reference to each block, last block first: a chain's tail is then the first evicted."""
         for block in reversed(blocks):
             if self.ref_counts[block] <= 0:
                 raise RuntimeError(f"block {block} released more often than it was taken")
             self.ref_counts[block] -= 1
             if self.ref_counts[block] == 0:
-                self.free_queue[block] = None
+                if block in self.keys:
+                    self.lru[block] = None
+                else:
+                    self.uncached.append(block)
 
     def lookup(self, digest: bytes, key: BlockKey) -> int | None:
         block = self.cached.get(digest)
@@ -118,20 +94,16 @@ class BlockPool:
         return block
 
     def acquire(self, block: int) -> None:
-        """Take a reference to a cached block found by `lookup`, reviving it from the free queue if needed."""
+        """Take a reference to a cached block found by `lookup`, reviving it from the LRU if it was free."""
         if self.ref_counts[block] == 0:
-            del self.free_queue[block]
+            del self.lru[block]
         self.ref_counts[block] += 1
 
     def register(self, block: int, digest: bytes, key: BlockKey) -> None:
-        """Make a full block findable; the first block to hold a given content keeps the entry."""
+        """Make a full block in use findable; the first block to hold a given content keeps the entry."""
+        if self.ref_counts[block] == 0:
+            raise RuntimeError(f"block {block} is free: only a block in use can be registered")
         if block in self.keys or digest in self.cached:
             return
         self.keys[block] = (digest, key)
         self.cached[digest] = block
-
-    def _forget(self, block: int) -> None:
-        entry = self.keys.pop(block, None)
-        if entry is not None:
-            del self.cached[entry[0]]
-            self.evictions += 1

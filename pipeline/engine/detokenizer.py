@@ -37,6 +37,10 @@ class IncrementalDetokenizer:
         self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
         return self._emit(delta)
 
+    def hold(self, token: int) -> None:
+        """Record a token without decoding: nobody reads the text before `final_text`."""
+        self.ids.append(token)
+
     def _emit(self, delta: str) -> str:
         tail_from = max(0, len(self.text) - max((len(s) for s in self.stop), default=0))
         combined = self.text + delta

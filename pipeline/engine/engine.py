@@ -14,42 +14,57 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
 from .attention import PagedKVCache
-from .block_pool import BlockPool
 from .cpu_kernels import prepack_linears
 from .detokenizer import IncrementalDetokenizer
+from .devices import (
+    MAX_NUM_BATCHED_TOKENS,
+    MAX_NUM_SEQS,
+    default_for,
+    exit_on_device_failure,
+    is_sticky_device_error,
+    resolve_device,
+    resolve_dtype,
+)
 from .encoder_cache import EncoderCache, image_hash
 from .model.loader import load_model, resolve_checkpoint
 from .model.paddleocr_vl import PaddleOCRVL
 from .model.rope import get_rope_index
-from .prefix_cache import PrefixCache
+from .phase_clock import PhaseClock
 from .processor import Processor, Prompt
 from .request import Delta, EngineError, Output, Request
 from .runner import ModelRunner
-from .sampling import is_runaway, sample
-from .scheduler import Scheduler, SchedulerConfig
+from .sampling import sample
+from .scheduler import Scheduler, SchedulerConfig, Step
 from .sequence import ImageSpan, Sequence
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass(frozen=True)
 class EngineConfig:
-    device: str = "cpu"
-    dtype: str = "float32"
+    """What the engine is asked for; `auto` and None are filled in for the model's device by `resolved`."""
+
+    device: str = "auto"
+    dtype: str = "auto"
     block_size: int = 16
-    max_num_seqs: int = 32
-    max_num_batched_tokens: int = 4096
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
     kv_cache_memory: int | None = None
     gpu_memory_fraction: float = 0.8
     num_blocks: int | None = None
     enable_prefix_caching: bool = True
     encoder_cache_tokens: int = 16384
+    cuda_graphs: bool = True
+    attention: str = "auto"
+
+    def resolved(self, device: torch.device) -> EngineConfig:
+        tokens = self.max_num_batched_tokens or default_for(MAX_NUM_BATCHED_TOKENS, device)
+        return replace(self, device=str(device), max_num_seqs=self.max_num_seqs or default_for(MAX_NUM_SEQS, device),
+                       max_num_batched_tokens=tokens)
 
     def scheduler(self) -> SchedulerConfig:
         return SchedulerConfig(self.max_num_seqs, self.max_num_batched_tokens, self.block_size)
@@ -61,20 +76,20 @@ DEFAULT_CPU_KV_MEMORY = 512 * 1024 * 1024
 class Engine:
     def __init__(self, model: PaddleOCRVL, processor: Processor, config: EngineConfig | None = None) -> None:
         self.model, self.processor = model, processor
-        self.config = config = config or EngineConfig()
+        self.config = config = (config or EngineConfig()).resolved(model.device)
         text = model.config.text
         num_blocks = config.num_blocks or PagedKVCache.blocks_for_budget(
             self._kv_memory(), text.num_hidden_layers, config.block_size, text.num_key_value_heads, text.head_dim,
             model.dtype)
         self.cache = PagedKVCache(text.num_hidden_layers, num_blocks, config.block_size, text.num_key_value_heads,
                                   text.head_dim, model.dtype, model.device)
-        self.pool = BlockPool(num_blocks)
-        self.prefix_cache = PrefixCache(self.pool, config.block_size) if config.enable_prefix_caching else None
-        self.scheduler = Scheduler(config.scheduler(), self.pool, self.prefix_cache)
+        self.scheduler = Scheduler(config.scheduler(), num_blocks, config.enable_prefix_caching)
+        self.pool = self.scheduler.kv_cache.pool
         self.encoder_cache = EncoderCache(config.encoder_cache_tokens, self._pending_image_hashes) \
             if config.encoder_cache_tokens > 0 else None
         prepack_linears(model, config.max_num_seqs)
-        self.runner = ModelRunner(model, self.cache, self.encoder_cache)
+        self.runner = ModelRunner(model, self.cache, self.encoder_cache, config.attention, config.max_num_seqs,
+                                  config.cuda_graphs)
         self.sequences: dict[str, Sequence] = {}
         self.listeners: dict[str, Callable[[Delta], None]] = {}
         self._ids = itertools.count()
@@ -85,14 +100,15 @@ class Engine:
         self._wake = threading.Event()
         self._closed = False
         self._busy_s = 0.0
+        self.clock = PhaseClock(model.device)
 
     @classmethod
     def from_pretrained(cls, path_or_id: str | Path, **config: object) -> Engine:
         engine_config = EngineConfig(**config)
-        if engine_config.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, not {engine_config.dtype!r}")
+        device = resolve_device(engine_config.device)
+        dtype = resolve_dtype(engine_config.dtype, device)
         directory = resolve_checkpoint(path_or_id)
-        model = load_model(directory, engine_config.device, DTYPES[engine_config.dtype])
+        model = load_model(directory, device, dtype)
         return cls(model, Processor.from_pretrained(directory), engine_config)
 
     def _kv_memory(self) -> int:
@@ -123,7 +139,9 @@ class Engine:
         pixels = list(prompt.pixel_values.split(prompt.patch_counts)) if prompt.grids else []
         hashes = [image_hash(p, grid) for p, grid in zip(pixels, prompt.grids, strict=True)]
         spans = _image_spans(prompt, image_id)
-        return Sequence(request_id, request, prompt, positions, rope_delta, spans, pixels, hashes, detok)
+        eos = frozenset() if request.ignore_eos else {self.processor.eos_token_id}
+        stops = frozenset(request.stop_token_ids) | eos
+        return Sequence(request_id, request, prompt, positions, rope_delta, spans, pixels, hashes, detok, stops)
 
     def add_request(self, request: Request | Sequence) -> str:
         seq = request if isinstance(request, Sequence) else self.prepare(request)
@@ -151,13 +169,19 @@ class Engine:
             self._busy_s += time.perf_counter() - started
 
     def _step(self) -> list[Output]:
-        step = self.scheduler.schedule()
+        clock = self.clock
+        step = clock("schedule", self.scheduler.schedule)
         if not step:
             return []
-        seqs, logits = self.runner.run(step)
+        batch, tensors = clock("prepare", self.runner.prepare, step)
+        logits = clock("forward", self.runner.forward, batch, tensors)
+        tokens = clock("sample", sample, logits, batch.sampled)
+        return clock("update", self._update, step, batch.sampled, tokens)
+
+    def _update(self, step: Step, seqs: list[Sequence], tokens: list[int]) -> list[Output]:
         self.scheduler.commit(step)
         finished = []
-        for seq, token in zip(seqs, sample(logits, seqs), strict=True):
+        for seq, token in zip(seqs, tokens, strict=True):
             if self._advance(seq, token):
                 finished.append(self._finish(seq, seq.finish_reason))
         return finished
@@ -178,18 +202,20 @@ class Engine:
 
     def stats(self) -> dict[str, int]:
         """Cache and scheduler counters (exported as metrics by the service)."""
-        prefix, encoder = self.prefix_cache, self.encoder_cache
+        kv_cache, encoder = self.scheduler.kv_cache, self.encoder_cache
         return {
             "blocks_total": self.pool.num_blocks, "blocks_free": self.pool.num_free, "blocks_used": self.pool.num_used,
             "blocks_cached": self.pool.num_cached, "block_evictions": self.pool.evictions,
-            "prefix_query_tokens": prefix.query_tokens if prefix else 0,
-            "prefix_hit_tokens": prefix.hit_tokens if prefix else 0,
+            "prefix_query_tokens": kv_cache.query_tokens,
+            "prefix_hit_tokens": kv_cache.hit_tokens,
             "encoder_cache_hits": encoder.hits if encoder else 0,
             "encoder_cache_misses": encoder.misses if encoder else 0,
             "encoder_cache_evictions": encoder.evictions if encoder else 0,
             "vision_tower_calls": self.runner.tower_calls, "vision_tower_images": self.runner.tower_images,
             "preemptions": self.scheduler.preemptions, "running": len(self.scheduler.running),
-            "waiting": len(self.scheduler.waiting), "busy_ms": int(self._busy_s * 1000)}
+            "waiting": len(self.scheduler.waiting), "busy_ms": int(self._busy_s * 1000),
+            "decode_graph_steps": self.runner.graphs.steps if self.runner.graphs else 0,
+            **{f"{phase}_ms": int(seconds * 1000) for phase, seconds in self.clock.seconds.items()}}
 
     def _pending_image_hashes(self) -> set[str]:
         """Images that running requests have yet to prefill: their encoder-cache entries must stay."""
@@ -197,20 +223,24 @@ class Engine:
                 if span.end > seq.num_computed}
 
     def _advance(self, seq: Sequence, token: int) -> bool:
-        """Apply one sampled token; True when the sequence is done (finish_reason set)."""
-        request = seq.request
-        stops = set(request.stop_token_ids) | (set() if request.ignore_eos else {self.processor.eos_token_id})
-        if token in stops:
+        """Apply one sampled token; True when the sequence is done (finish_reason set).
+
+        Text is decoded token by token only for a stream or stop strings; otherwise once, when the request ends.
+        """
+        if token in seq.stop_ids:
             seq.finish_reason = "stop"
             return True
         seq.append(token)
-        text = seq.detokenizer.add(token)
-        self._notify(seq, Delta(seq.request_id, text, [token]))
-        if seq.detokenizer.stopped:
+        detokenizer, request = seq.detokenizer, seq.request
+        if detokenizer.stop or seq.request_id in self.listeners:
+            self._notify(seq, Delta(seq.request_id, detokenizer.add(token), [token]))
+        else:
+            detokenizer.hold(token)
+        if detokenizer.stopped:
             seq.finish_reason = "stop"
-        elif len(seq.output_ids) >= request.max_tokens:
+        elif seq.num_output_tokens >= request.max_tokens:
             seq.finish_reason = "length"
-        elif request.guards_repetition and is_runaway(seq.output_ids):
+        elif request.guards_repetition and seq.runaway.add(token):
             seq.finish_reason = "repetition"
         return seq.finish_reason is not None
 
@@ -222,7 +252,7 @@ class Engine:
         out = Output(
             request_id=seq.request_id, text=seq.detokenizer.final_text(), token_ids=seq.output_ids,
             finish_reason=reason, prompt_tokens=seq.num_prompt_tokens, cached_tokens=seq.num_cached,
-            ttft_s=first - seq.arrival, tpot_s=(seq.finished_at - first) / max(1, len(seq.output_ids) - 1))
+            ttft_s=first - seq.arrival, tpot_s=(seq.finished_at - first) / max(1, seq.num_output_tokens - 1))
         self._notify(seq, Delta(seq.request_id, seq.detokenizer.remaining_text(), [], reason))
         self.listeners.pop(seq.request_id, None)
         future = self._futures.pop(seq.request_id, None)
@@ -296,7 +326,9 @@ class Engine:
                 continue
             try:
                 self.step()
-            except Exception as exc:  # a broken step fails its requests, never the loop
+            except Exception as exc:  # a broken step fails its requests, never the loop, unless the GPU is gone
+                if is_sticky_device_error(exc):
+                    exit_on_device_failure(exc)
                 self._fail_all(exc)
 
     def _drain_inbox(self) -> None:

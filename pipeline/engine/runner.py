@@ -4,67 +4,100 @@ Each scheduled sequence contributes the tokens [num_computed, num_computed + cou
 the request's M-RoPE positions; an image's embedding rows are attached only for the placeholder tokens
 inside that window (a window may start or end inside an image span: only the overlapping rows are used).
 Images are encoded once per request, all misses of a step in one packed tower call.
+
+Two attention backends: `torch` (the CPU's: the compiled decode kernel, SDPA per prefill chunk) and `triton`
+(CUDA's: one fused call per layer; on a CPU it runs under Triton's interpreter, which is how it is tested).
+On CUDA, decode-only steps replay CUDA graphs (cuda_graphs.py).
 """
 
 from __future__ import annotations
 
-import math
-
+import numpy as np
 import torch
 
-from .attention import Chunk, PagedAttention, PagedKVCache
+from . import step_batch
+from .attention import Chunk, FusedPagedAttention, PagedAttention, PagedKVCache, VarlenAttention
 from .cpu_kernels import paged_decode_module
+from .cuda_graphs import DecodeGraphs
 from .encoder_cache import EncoderCache
-from .model.paddleocr_vl import PaddleOCRVL
+from .model.paddleocr_vl import PaddleOCRVL, SplitAttention
 from .scheduler import Step
 from .sequence import Sequence
+from .step_batch import StepBatch, Uploader
+
+BACKENDS = ("auto", "torch", "triton")
+
+
+def resolve_backend(name: str, device: torch.device) -> str:
+    if name not in BACKENDS:
+        raise ValueError(f"attention must be one of {BACKENDS}, not {name!r}")
+    if name == "auto":
+        return "triton" if device.type == "cuda" else "torch"
+    return name
 
 
 class ModelRunner:
-    def __init__(self, model: PaddleOCRVL, cache: PagedKVCache, encoder_cache: EncoderCache | None = None) -> None:
+    def __init__(self, model: PaddleOCRVL, cache: PagedKVCache, encoder_cache: EncoderCache | None = None,
+                 backend: str = "auto", max_num_seqs: int = 32, cuda_graphs: bool = False) -> None:
         self.model = model
         self.cache = cache
         self.encoder_cache = encoder_cache
         self.block_size = cache.block_size
-        self.decode_kernel = paged_decode_module() if cache.k.device.type == "cpu" else None
+        self.backend = resolve_backend(backend, model.device)
+        self.decode_kernel = paged_decode_module() if self.backend == "torch" and model.device.type == "cpu" else None
+        self.uploader = Uploader(model.device)
+        self.graphs = self._decode_graphs(max_num_seqs) if cuda_graphs else None
         self.tower_calls = 0
         self.tower_images = 0
 
     @torch.inference_mode()
-    def run(self, step: Step) -> tuple[list[Sequence], torch.Tensor]:
-        """Forward the step; return the sequences whose window reached their end, with their next-token logits."""
+    def prepare(self, step: Step) -> tuple[StepBatch, dict[str, torch.Tensor]]:
+        """The host half of a step: images encoded (or found cached), the batch's arrays built and sent."""
         self._encode_missing_images(step)
-        device = self.model.device
-        ids, positions, slots, image_rows = [], [], [], []
-        chunks, sample_rows, sampled = [], [], []
-        offset = 0
+        batch = step_batch.build(step, self.block_size, self._window_images(step))
+        if self.backend == "triton":
+            from .triton_attention import query_block, work_items
+
+            text = self.model.config.text
+            block_q = query_block(text.num_attention_heads, text.num_key_value_heads)
+            batch.work_seq, batch.work_row = work_items(np.diff(batch.query_start), block_q)
+        return batch, self.uploader.upload(batch)
+
+    @torch.inference_mode()
+    def forward(self, batch: StepBatch, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Logits of the batch's sampled rows: a decode-only step replays a CUDA graph when one fits."""
+        if self.graphs is not None and self.graphs.fits(batch):
+            return self.graphs.run(batch, tensors)
+        embeds = self.model.embed(tensors["ids"], torch.cat(batch.image_rows) if batch.image_rows else None)
+        hidden = self.model(embeds, tensors["positions"], self.attention(batch, tensors))
+        return self.model.logits(hidden[tensors["sample_rows"].long()])
+
+    def attention(self, batch: StepBatch, tensors: dict[str, torch.Tensor]) -> PagedAttention | FusedPagedAttention:
+        if self.backend == "triton":
+            return FusedPagedAttention(self.cache, tensors)
+        starts, lens, device = batch.query_start.tolist(), batch.seq_lens.tolist(), self.model.device
+        chunks = [Chunk(starts[i], starts[i + 1] - starts[i], lens[i], table, device)
+                  for i, table in enumerate(batch.tables)]
+        return PagedAttention(self.cache, tensors["slots"].long(), chunks, self.decode_kernel)
+
+    def _decode_graphs(self, max_num_seqs: int) -> DecodeGraphs | None:
+        """Graphs of the decode step when this is CUDA with the fused backend and capture works."""
+        if self.backend != "triton" or self.model.device.type != "cuda":
+            return None
+        graphs = DecodeGraphs(self.model, self.cache, max_num_seqs)
+        return graphs if graphs.capture() else None
+
+    def _window_images(self, step: Step) -> list[torch.Tensor]:
+        """Embedding rows of the placeholders in each window, in row order; an image fully consumed is let go."""
+        rows = []
         for seq, count in step.items:
             start, end = seq.num_computed, seq.num_computed + count
-            ids.extend(seq.token_ids[start:end])
-            positions.append(seq.positions(start, end))
-            slots.extend(self._slots(seq.block_table, start, end))
-            image_rows.extend(self._image_rows(seq, start, end))
-            chunks.append(Chunk(offset, count, end, seq.block_table[:math.ceil(end / self.block_size)], device))
-            offset += count
-            if end == seq.num_tokens:
-                sample_rows.append(offset - 1)
-                sampled.append(seq)
-        attention = PagedAttention(self.cache, torch.tensor(slots, device=device), chunks, self.decode_kernel)
-        embeds = self.model.embed(torch.tensor(ids, device=device), torch.cat(image_rows) if image_rows else None)
-        hidden = self.model(embeds, torch.cat(positions, dim=1).to(device), attention)
-        return sampled, self.model.logits(hidden[sample_rows])
-
-    def _slots(self, table: list[int], start: int, end: int) -> list[int]:
-        bs = self.block_size
-        return [table[i // bs] * bs + i % bs for i in range(start, end)]
-
-    def _image_rows(self, seq: Sequence, start: int, end: int) -> list[torch.Tensor]:
-        """Embedding rows of the placeholders in [start, end); an image fully consumed is let go."""
-        rows = []
-        for span, a, b in seq.spans_in(start, end):
-            rows.append(seq.image_embeds[span.index][a - span.start:b - span.start])
-            if b == span.end:
-                del seq.image_embeds[span.index]
+            if start >= seq.num_prompt_tokens:
+                continue
+            for span, a, b in seq.spans_in(start, end):
+                rows.append(seq.image_embeds[span.index][a - span.start:b - span.start])
+                if b == span.end:
+                    del seq.image_embeds[span.index]
         return rows
 
     def _encode_missing_images(self, step: Step) -> None:
@@ -72,6 +105,8 @@ class ModelRunner:
         misses: dict[str, tuple[torch.Tensor, tuple[int, int, int]]] = {}
         waiting: list[tuple[Sequence, int, str]] = []
         for seq, count in step.items:
+            if seq.num_computed >= seq.num_prompt_tokens:
+                continue
             for span, _, _ in seq.spans_in(seq.num_computed, seq.num_computed + count):
                 if span.index in seq.image_embeds:
                     continue
@@ -85,7 +120,9 @@ class ModelRunner:
         if not misses:
             return
         grids = [grid for _, grid in misses.values()]
-        embeds = self.model.encode_images(torch.cat([pixels for pixels, _ in misses.values()]), grids)
+        pixels = torch.cat([pixels for pixels, _ in misses.values()])
+        attend = VarlenAttention if self.backend == "triton" else SplitAttention
+        embeds = self.model.encode_images(pixels, grids, attend)
         self.tower_calls += 1
         self.tower_images += len(misses)
         merge = self.model.config.vision.spatial_merge_size ** 2

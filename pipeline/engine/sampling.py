@@ -5,9 +5,13 @@ Greedy rows (the OCR default) are one argmax over the whole batch; only sampled 
 
 from __future__ import annotations
 
+from collections import deque
+from typing import TYPE_CHECKING
+
 import torch
 
-from .sequence import Sequence
+if TYPE_CHECKING:
+    from .sequence import Sequence
 
 
 def sample(logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
@@ -41,11 +45,28 @@ def repeats_needed(ngram: int) -> int:
 
 def is_runaway(tokens: list[int], max_ngram: int = 16) -> bool:
     """True when the tail of `tokens` is one n-gram (n ≤ max_ngram) repeated back to back."""
-    for n in range(1, max_ngram + 1):
-        span = n * repeats_needed(n)
-        if len(tokens) < span:
-            continue
-        tail = tokens[-span:]
-        if tail == tail[:n] * (span // n):
-            return True
-    return False
+    guard = RunawayGuard(max_ngram)
+    flags = [guard.add(token) for token in tokens]
+    return bool(flags) and flags[-1]
+
+
+class RunawayGuard:
+    """`is_runaway` kept up to date token by token, in O(max_ngram) a token rather than O(length).
+
+    For each n it counts how many of the latest tokens equal the token n places before them: the tail is an n-gram
+    repeated r times back to back exactly when that count reaches n·(r − 1).
+    """
+
+    def __init__(self, max_ngram: int = 16) -> None:
+        self.recent: deque[int] = deque(maxlen=max_ngram)
+        self.matches = [0] * max_ngram
+        self.needed = [n * (repeats_needed(n) - 1) for n in range(1, max_ngram + 1)]
+
+    def add(self, token: int) -> bool:
+        """Record the next token; True when the tail has become a runaway loop."""
+        recent, runaway = self.recent, False
+        for i in range(len(self.matches)):
+            self.matches[i] = self.matches[i] + 1 if len(recent) > i and recent[-1 - i] == token else 0
+            runaway |= self.matches[i] >= self.needed[i]
+        recent.append(token)
+        return runaway

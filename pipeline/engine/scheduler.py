@@ -5,17 +5,16 @@ chunk), then admits waiting ones while `max_num_seqs` and the token budget allow
 span's start when they would cut into it; a chunk starting at an image that is larger than the budget is
 the one case allowed past it (only as the step's first prefill, so a step's size stays bounded). When
 blocks run out the newest running sequence is preempted (recompute), never the one being served.
-Nothing is ever pushed back onto the list being drained, so a step always terminates.
+Nothing is ever pushed back onto the list being drained, so a step always terminates. Which blocks a
+sequence holds is the KVCacheManager's business; the scheduler only asks it whether there is room.
 """
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import dataclass
 
-from .block_pool import BlockPool
-from .prefix_cache import PrefixCache
+from .kv_cache_manager import KVCacheManager
 from .request import EngineError
 from .sequence import Sequence, Status
 
@@ -38,17 +37,16 @@ class Step:
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, pool: BlockPool, prefix_cache: PrefixCache | None = None) -> None:
+    def __init__(self, config: SchedulerConfig, num_blocks: int, enable_prefix_caching: bool = True) -> None:
         self.config = config
-        self.pool = pool
-        self.prefix_cache = prefix_cache
+        self.kv_cache = KVCacheManager(num_blocks, config.block_size, enable_prefix_caching)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.preemptions = 0
 
     @property
     def capacity_tokens(self) -> int:
-        return self.pool.num_blocks * self.config.block_size
+        return self.kv_cache.capacity_tokens
 
     def check_fits(self, prompt_tokens: int, max_tokens: int) -> None:
         """Refuse a request that could never run, rather than queue it forever."""
@@ -78,15 +76,11 @@ class Scheduler:
             prefilled |= seq.num_tokens - seq.num_computed > 1
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             seq = self.waiting[0]
-            hits = self.prefix_cache.find(seq) if self.prefix_cache else []
-            start = len(hits) * self.config.block_size
+            hits, start = self.kv_cache.find(seq)
             count = self._chunk(seq, budget, not prefilled, start)
-            revived = sum(1 for block in hits if self.pool.ref_counts[block] == 0)
-            if count == 0 or self._blocks_needed(seq, count, start, len(hits)) + revived > self.pool.num_free:
+            if count == 0 or not self.kv_cache.admit(seq, hits, count):
                 break
             self.waiting.popleft()
-            self._admit(seq, hits)
-            self._grow(seq, count)
             seq.status = Status.RUNNING
             self.running.append(seq)
             items.append((seq, count))
@@ -107,48 +101,18 @@ class Scheduler:
                 break
         return end - start
 
-    def _blocks_needed(self, seq: Sequence, count: int, start: int | None = None, owned: int | None = None) -> int:
-        start = seq.num_computed if start is None else start
-        owned = len(seq.block_table) if owned is None else owned
-        return max(0, math.ceil((start + count) / self.config.block_size) - owned)
-
-    def _fits(self, seq: Sequence, count: int) -> bool:
-        return self._blocks_needed(seq, count) <= self.pool.num_free
-
-    def _grow(self, seq: Sequence, count: int) -> None:
-        needed = self._blocks_needed(seq, count)
-        if not needed:
-            return
-        if seq.block_table:
-            seq.block_table.extend(self.pool.allocate_after(seq.block_table[-1], needed))
-        else:
-            final = math.ceil((seq.num_tokens + seq.request.max_tokens) / self.config.block_size)
-            seq.block_table.extend(self.pool.allocate_run(needed, final - needed))
-
-    def _admit(self, seq: Sequence, hits: list[int]) -> None:
-        """Start a waiting sequence on its cached prefix blocks (if any)."""
-        for block in hits:
-            self.pool.acquire(block)
-        seq.block_table = list(hits)
-        seq.num_computed = len(hits) * self.config.block_size
-        seq.num_registered = len(hits)
-        seq.num_cached = max(seq.num_cached, seq.num_computed)
-        if self.prefix_cache:
-            self.prefix_cache.record(seq, len(hits))
-
     def _reserve(self, seq: Sequence, count: int) -> bool:
         """Make room for `seq` by preempting newer running sequences; False if `seq` itself had to go."""
-        while not self._fits(seq, count):
+        while not self.kv_cache.grow(seq, count):
             victim = self.running[-1]
             self.preempt(victim)
             if victim is seq:
                 return False
-        self._grow(seq, count)
         return True
 
     def preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)
-        self.pool.release(seq.block_table)
+        self.kv_cache.free(seq)
         seq.reset_for_recompute()
         self.waiting.appendleft(seq)
         self.preemptions += 1
@@ -157,8 +121,7 @@ class Scheduler:
         """Record that the step's tokens now have KV in the cache."""
         for seq, count in step.items:
             seq.num_computed += count
-            if self.prefix_cache:
-                self.prefix_cache.register(seq)
+            self.kv_cache.register(seq)
 
     def finish(self, seq: Sequence, reason: str) -> None:
         if seq.status is Status.FINISHED:
@@ -167,7 +130,6 @@ class Scheduler:
             self.running.remove(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
-        self.pool.release(seq.block_table)
-        seq.block_table = []
+        self.kv_cache.free(seq)
         seq.status = Status.FINISHED
         seq.finish_reason = reason

@@ -6,11 +6,13 @@ import time
 from dataclasses import dataclass
 from enum import Enum
 
+import numpy as np
 import torch
 
 from .detokenizer import IncrementalDetokenizer
 from .processor import Prompt
 from .request import Request
+from .sampling import RunawayGuard
 
 
 class Status(Enum):
@@ -31,18 +33,20 @@ class ImageSpan:
 class Sequence:
     def __init__(self, request_id: str, request: Request, prompt: Prompt, positions: torch.Tensor, rope_delta: int,
                  spans: list[ImageSpan], image_pixels: list[torch.Tensor], image_hashes: list[str],
-                 detokenizer: IncrementalDetokenizer) -> None:
+                 detokenizer: IncrementalDetokenizer, stop_ids: frozenset[int] = frozenset()) -> None:
         self.request_id = request_id
         self.request = request
         self.prompt = prompt
         self.token_ids = list(prompt.input_ids)
         self.num_prompt_tokens = len(self.token_ids)
-        self.prompt_positions = positions
+        self.prompt_positions = positions.numpy()
         self.rope_delta = rope_delta
         self.spans = spans
         self.image_hashes = image_hashes
         self.image_pixels = image_pixels
         self.detokenizer = detokenizer
+        self.stop_ids = stop_ids
+        self.runaway = RunawayGuard()
         self.image_embeds: dict[int, torch.Tensor] = {}
         self.block_keys: list[tuple[bytes, object]] = []
         self.num_registered = 0
@@ -64,14 +68,18 @@ class Sequence:
     def output_ids(self) -> list[int]:
         return self.token_ids[self.num_prompt_tokens:]
 
-    def positions(self, start: int, end: int) -> torch.Tensor:
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    def positions(self, start: int, end: int) -> np.ndarray:
         """(3, end-start) M-RoPE positions: the prompt's table, then index + rope_delta for generated tokens."""
-        head = self.prompt_positions[:, start:min(end, self.num_prompt_tokens)]
         tail_start = max(start, self.num_prompt_tokens)
-        if end <= tail_start:
-            return head
-        tail = torch.arange(tail_start, end).expand(3, -1) + self.rope_delta
-        return torch.cat((head, tail), dim=1)
+        tail = np.arange(tail_start + self.rope_delta, end + self.rope_delta)
+        if start >= self.num_prompt_tokens:
+            return np.broadcast_to(tail, (3, len(tail)))
+        head = self.prompt_positions[:, start:min(end, self.num_prompt_tokens)]
+        return head if end <= tail_start else np.concatenate((head, np.broadcast_to(tail, (3, len(tail)))), axis=1)
 
     def spans_in(self, start: int, end: int) -> list[tuple[ImageSpan, int, int]]:
         """Images whose placeholders overlap [start, end), with the overlapping token range of each."""

@@ -78,17 +78,17 @@ def _text(words: str) -> Request:
 
 def test_cached_blocks_are_evicted_least_recently_used_first(tiny_checkpoint):
     engine = Engine.from_pretrained(tiny_checkpoint, block_size=4, num_blocks=40)
-    pool, prefix = engine.pool, engine.prefix_cache
+    pool, kv_cache = engine.pool, engine.scheduler.kv_cache
     older, newer = _text("invoice total amount due " * 3), _text("methods results discussion " * 3)
     engine.generate([older])
     engine.generate([newer])
-    hits_older = len(prefix.find(engine.prepare(older)))
-    hits_newer = len(prefix.find(engine.prepare(newer)))
+    hits_older = len(kv_cache.find(engine.prepare(older))[0])
+    hits_newer = len(kv_cache.find(engine.prepare(newer))[0])
     assert hits_older > 1 and hits_newer > 1
-    lead = next(i for i, block in enumerate(pool.free_queue) if block in pool.keys)
-    pool.release(pool.allocate(lead + 1))  # the least recently freed cached block must go, and only it
+    blank = pool.num_free - len(pool.lru)
+    pool.release(pool.allocate(blank + 1))  # blank blocks go first, then the least recently freed cached one only
     assert pool.evictions == 1
-    assert len(prefix.find(engine.prepare(older))) == hits_older - 1
-    assert len(prefix.find(engine.prepare(newer))) == hits_newer
+    assert len(kv_cache.find(engine.prepare(older))[0]) == hits_older - 1
+    assert len(kv_cache.find(engine.prepare(newer))[0]) == hits_newer
     assert engine.generate([older])[0].cached_tokens == (hits_older - 1) * 4
     assert min(pool.ref_counts) == 0 and pool.num_free == pool.num_blocks

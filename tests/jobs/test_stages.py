@@ -158,7 +158,7 @@ def test_regions_of_two_pages_are_in_one_engine_step(service, engine_host):
     """
     engine = engine_host.engine
     steps: list[set[str]] = []
-    schedule, run = engine.scheduler.schedule, engine.runner.run
+    schedule, prepare = engine.scheduler.schedule, engine.runner.prepare
     opened = threading.Event()
 
     def held_schedule():
@@ -169,15 +169,15 @@ def test_regions_of_two_pages_are_in_one_engine_step(service, engine_host):
             opened.set()
         return schedule()
 
-    def recorded_run(step):
+    def recorded_prepare(step):
         steps.append({seq.request_id.split("-")[0] for seq, _ in step.items})
-        return run(step)
+        return prepare(step)
 
-    engine.scheduler.schedule, engine.runner.run = held_schedule, recorded_run
+    engine.scheduler.schedule, engine.runner.prepare = held_schedule, recorded_prepare
     try:
         document = wait_until_final(service, accept(service, FOUR_PAGES, "four.pdf"))
     finally:
-        del engine.scheduler.schedule, engine.runner.run
+        del engine.scheduler.schedule, engine.runner.prepare
     assert document.status == "succeeded"
     assert max(len(pages) for pages in steps) >= 2, steps
 

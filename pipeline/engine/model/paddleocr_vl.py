@@ -8,7 +8,7 @@ which is what lets the engine swap a contiguous cache for paged blocks without t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import torch
@@ -17,7 +17,25 @@ from torch import nn
 
 from ..attention import heads_attention
 from .config import ModelConfig, TextConfig, VisionConfig
-from .rope import Grid, MRope, VisionRope, apply_rope, patch_coordinates
+from .rope import Grid, MRope, VisionRope, apply_rope
+from .vision_layout import VisionLayout
+
+
+class VisionAttend(Protocol):
+    """Attention within each frame of a packed vision batch; q/k/v (N, H, D) → (N, H, D)."""
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor: ...
+
+
+class SplitAttention:
+    """SDPA frame by frame: on a CPU its flash kernel beats a block-diagonal mask over the whole batch."""
+
+    def __init__(self, lengths: list[int]) -> None:
+        self.lengths = lengths
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        parts = zip(q.split(self.lengths), k.split(self.lengths), v.split(self.lengths), strict=True)
+        return torch.cat([heads_attention(qi, ki, vi) for qi, ki, vi in parts])
 
 
 class Attention(Protocol):
@@ -114,28 +132,26 @@ class VisionEmbeddings(nn.Module):
         self.side = cfg.image_size // cfg.patch_size
         self.position_embedding = nn.Embedding(self.side * self.side, cfg.hidden_size)
 
-    def forward(self, pixel_values: torch.Tensor, grids: Sequence[Grid]) -> torch.Tensor:
+    def forward(self, pixel_values: torch.Tensor, layout: VisionLayout) -> torch.Tensor:
         weight = self.patch_embedding.weight
         patches = pixel_values.to(weight.dtype).flatten(1)
         x = F.linear(patches, weight.flatten(1), self.patch_embedding.bias)
-        return x + self._positions(grids, x.device).to(x.dtype)
+        return x + self._positions(layout).to(x.dtype)
 
-    def _positions(self, grids: Sequence[Grid], device: torch.device) -> torch.Tensor:
+    def _positions(self, layout: VisionLayout) -> torch.Tensor:
         """Bilinear resample (half-pixel centres, clamped edges) of the 27×27 table to each image's grid."""
         table = self.position_embedding.weight
-        parts = []
-        for t, h, w in grids:
-            r0, r1, rw = _taps(h, self.side, device)
-            c0, c1, cw = _taps(w, self.side, device)
-            idx = [(a[:, None] * self.side + b[None, :]).flatten() for a in (r0, r1) for b in (c0, c1)]
-            wts = [(a[:, None] * b[None, :]).flatten() for a in (1 - rw, rw) for b in (1 - cw, cw)]
-            grid = sum(table[i] * wt[:, None] for i, wt in zip(idx, wts, strict=True))
-            parts.append(grid.repeat(t, 1))
-        return torch.cat(parts)
+        r0, r1, rw = _taps(layout.rows, layout.heights, self.side)
+        c0, c1, cw = _taps(layout.cols, layout.widths, self.side)
+        idx = [a * self.side + b for a in (r0, r1) for b in (c0, c1)]
+        wts = [a * b for a in (1 - rw, rw) for b in (1 - cw, cw)]
+        return sum(table[i] * wt[:, None] for i, wt in zip(idx, wts, strict=True))
 
 
-def _taps(size: int, side: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    src = ((torch.arange(size, device=device, dtype=torch.float32) + 0.5) * (side / size) - 0.5).clamp(min=0)
+def _taps(index: torch.Tensor, size: torch.Tensor, side: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Source taps of each patch along one axis; the scale is rounded to fp32 as a Python-float factor would be."""
+    scale = (side / size.double()).float()
+    src = ((index.float() + 0.5) * scale - 0.5).clamp(min=0)
     lo = src.floor().long().clamp(max=side - 1)
     hi = (lo + 1).clamp(max=side - 1)
     return lo, hi, src - lo
@@ -148,14 +164,12 @@ class VisionAttention(nn.Module):
         self.heads, self.head_dim = cfg.num_attention_heads, cfg.head_dim
         self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(d, d) for _ in range(4))
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, lengths: list[int]) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend: VisionAttend) -> torch.Tensor:
         n = x.shape[0]
         q, k, v = (p(x).view(n, self.heads, self.head_dim) for p in (self.q_proj, self.k_proj, self.v_proj))
         q = apply_rope(q.float(), cos, sin).to(x.dtype)
         k = apply_rope(k.float(), cos, sin).to(x.dtype)
-        out = [heads_attention(qi, ki, vi)
-               for qi, ki, vi in zip(q.split(lengths), k.split(lengths), v.split(lengths), strict=True)]
-        return self.out_proj(torch.cat(out).reshape(n, -1))
+        return self.out_proj(attend(q, k, v).reshape(n, -1))
 
 
 class VisionMLP(nn.Module):
@@ -176,8 +190,8 @@ class VisionLayer(nn.Module):
         self.layer_norm2 = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.mlp = VisionMLP(cfg)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, lengths: list[int]) -> torch.Tensor:
-        x = x + self.self_attn(self.layer_norm1(x), cos, sin, lengths)
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend: VisionAttend) -> torch.Tensor:
+        x = x + self.self_attn(self.layer_norm1(x), cos, sin, attend)
         return x + self.mlp(self.layer_norm2(x))
 
 
@@ -195,14 +209,12 @@ class VisionTransformer(nn.Module):
         self.post_layernorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.rope = VisionRope(cfg.head_dim, cfg.rope_theta)
 
-    def forward(self, pixel_values: torch.Tensor, grids: Sequence[Grid]) -> torch.Tensor:
+    def forward(self, pixel_values: torch.Tensor, layout: VisionLayout, attend: VisionAttend) -> torch.Tensor:
         """Packed NaViT pass: every image's patches in one sequence, attention block-diagonal per frame."""
-        x = self.embeddings(pixel_values, grids)
-        rows, cols = patch_coordinates(grids, x.device)
-        cos, sin = self.rope.cos_sin(rows, cols)
-        lengths = [h * w for t, h, w in grids for _ in range(t)]
+        x = self.embeddings(pixel_values, layout)
+        cos, sin = self.rope.cos_sin(layout.rows, layout.cols)
         for layer in self.encoder.layers:
-            x = layer(x, cos, sin, lengths)
+            x = layer(x, cos, sin, attend)
         return self.post_layernorm(x)
 
 
@@ -217,19 +229,14 @@ class Projector(nn.Module):
 
     def __init__(self, vision: VisionConfig, text_hidden: int) -> None:
         super().__init__()
-        self.merge = vision.spatial_merge_size
-        merged = vision.hidden_size * self.merge * self.merge
+        self.merged_width = merged = vision.hidden_size * vision.spatial_merge_size ** 2
         self.pre_norm = nn.LayerNorm(vision.hidden_size, eps=1e-5)
         self.linear_1 = nn.Linear(merged, merged)
         self.linear_2 = nn.Linear(merged, text_hidden)
 
-    def forward(self, features: torch.Tensor, grids: Sequence[Grid]) -> torch.Tensor:
-        m = self.merge
-        merged = []
-        for chunk, (t, h, w) in zip(features.split([t * h * w for t, h, w in grids]), grids, strict=True):
-            x = self.pre_norm(chunk).reshape(t, h // m, m, w // m, m, -1).transpose(2, 3)
-            merged.append(x.reshape(t * (h // m) * (w // m), -1))
-        return self.linear_2(F.gelu(self.linear_1(torch.cat(merged))))
+    def forward(self, features: torch.Tensor, layout: VisionLayout) -> torch.Tensor:
+        merged = self.pre_norm(features)[layout.merge_order].reshape(-1, self.merged_width)
+        return self.linear_2(F.gelu(self.linear_1(merged)))
 
 
 class PaddleOCRVL(nn.Module):
@@ -249,22 +256,30 @@ class PaddleOCRVL(nn.Module):
     def device(self) -> torch.device:
         return self.lm_head.weight.device
 
-    def encode_images(self, pixel_values: torch.Tensor, grids: Sequence[Grid]) -> torch.Tensor:
-        """Vision tower + projector for several images at once → (Σ merged tokens, text hidden)."""
-        features = self.visual.vision_model(pixel_values.to(self.device), grids)
-        return self.mlp_AR(features, grids).to(self.dtype)
+    def encode_images(self, pixel_values: torch.Tensor, grids: Sequence[Grid],
+                      attend: Callable[[list[int]], VisionAttend] = SplitAttention) -> torch.Tensor:
+        """Vision tower + projector for several images at once → (Σ merged tokens, text hidden).
+
+        `attend` makes the tower's attention from the frames' lengths: SDPA per frame by default, one varlen kernel
+        call over all frames on CUDA. Pixels travel as the tower's dtype, pinned, without blocking the host.
+        """
+        layout = VisionLayout(grids, self.config.vision.spatial_merge_size, self.device)
+        pixels = pixel_values.to(self.visual.vision_model.embeddings.patch_embedding.weight.dtype)
+        if self.device.type != "cpu":
+            pixels = pixels.pin_memory().to(self.device, non_blocking=True)
+        features = self.visual.vision_model(pixels, layout, attend(layout.lengths))
+        return self.mlp_AR(features, layout).to(self.dtype)
 
     def embed(self, input_ids: torch.Tensor, image_embeds: torch.Tensor | None = None) -> torch.Tensor:
-        """Token embeddings with placeholder rows overwritten, in order, by `image_embeds`."""
+        """Token embeddings with placeholder rows overwritten, in order, by `image_embeds`.
+
+        The caller guarantees one embedding row per placeholder (counting them here would sync with the device).
+        """
         embeds = self.model.embed_tokens(input_ids)
+        if image_embeds is None:
+            return embeds
         mask = input_ids == self.config.image_token_id
-        count = int(mask.sum())
-        given = 0 if image_embeds is None else image_embeds.shape[0]
-        if count != given:
-            raise ValueError(f"{count} image placeholder tokens but {given} image embeddings")
-        if count:
-            embeds = embeds.masked_scatter(mask[:, None], image_embeds.to(embeds.dtype))
-        return embeds
+        return embeds.masked_scatter(mask[:, None], image_embeds.to(embeds.dtype))
 
     def forward(self, embeds: torch.Tensor, positions: torch.Tensor, attention: Attention) -> torch.Tensor:
         """Final hidden states (T, hidden) of a flat token batch."""

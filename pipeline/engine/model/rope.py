@@ -64,14 +64,13 @@ class MRope:
 
     def __init__(self, head_dim: int, theta: float, sections: Sequence[int]) -> None:
         arange = torch.arange(0, head_dim, 2, dtype=torch.float, device="cpu")
-        self.inv_freq = 1.0 / (theta ** (arange / head_dim))
-        self.axis = torch.cat([torch.full((n,), i % 3, dtype=torch.long, device="cpu") for i, n in enumerate(sections)])
+        self.tables = _PerDevice(inv_freq=1.0 / (theta ** (arange / head_dim)), axis=torch.cat(
+            [torch.full((n,), i % 3, dtype=torch.long, device="cpu") for i, n in enumerate(sections)]))
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos/sin (T, head_dim) for positions (3, T), cast to the activation dtype like the reference."""
-        inv_freq = self.inv_freq.to(positions.device)
+        inv_freq, axis = self.tables.on(positions.device)
         freqs = positions[..., None].float() * inv_freq  # (3, T, D/2)
-        axis = self.axis.to(positions.device)
         picked = freqs.gather(0, axis.view(1, 1, -1).expand(1, freqs.shape[1], -1))[0]
         emb = torch.cat((picked, picked), dim=-1)
         return emb.cos().to(dtype), emb.sin().to(dtype)
@@ -89,19 +88,23 @@ class VisionRope:
     def __init__(self, head_dim: int, theta: float) -> None:
         spatial = head_dim // 2
         arange = torch.arange(0, spatial, 2, dtype=torch.float, device="cpu")
-        self.inv_freq = 1.0 / (theta ** (arange / spatial))
+        self.tables = _PerDevice(inv_freq=1.0 / (theta ** (arange / spatial)))
 
     def cos_sin(self, rows: torch.Tensor, cols: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        inv_freq = self.inv_freq.to(rows.device)
+        (inv_freq,) = self.tables.on(rows.device)
         f = torch.cat((rows[:, None].float() * inv_freq, cols[:, None].float() * inv_freq), dim=-1)
         emb = torch.cat((f, f), dim=-1)
         return emb.cos(), emb.sin()
 
 
-def patch_coordinates(grids: Sequence[Grid], device: torch.device | None = None) -> torch.Tensor:
-    """(2, N) row/col of every patch of every image, restarting at (0, 0) per image and frame."""
-    parts = []
-    for t, h, w in grids:
-        rr, cc = torch.meshgrid(torch.arange(h, device=device), torch.arange(w, device=device), indexing="ij")
-        parts.append(torch.stack([rr.flatten(), cc.flatten()]).repeat(1, t))
-    return torch.cat(parts, dim=1)
+class _PerDevice:
+    """Constant tables copied to each device once: a copy per call would be a host-to-device copy in every layer's
+    step (and is not allowed inside CUDA-graph capture)."""
+
+    def __init__(self, **tables: torch.Tensor) -> None:
+        self.copies = {torch.device("cpu"): tuple(tables.values())}
+
+    def on(self, device: torch.device) -> tuple[torch.Tensor, ...]:
+        if device not in self.copies:
+            self.copies[device] = tuple(t.to(device) for t in self.copies[torch.device("cpu")])
+        return self.copies[device]

@@ -1,0 +1,57 @@
+"""What `auto` means for the engine's device, dtype and batch size: the GPU when there is one, and its defaults.
+
+A GPU worker is started with no device settings at all, so `auto` must pick CUDA and bf16 there (fp32 would halve
+the throughput and double the KV memory); on a CPU fp32 stays the default, as bf16 is emulated on many of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+MAX_NUM_SEQS = {"cuda": 256, "cpu": 32}
+MAX_NUM_BATCHED_TOKENS = {"cuda": 8192, "cpu": 4096}
+EXIT_DEVICE_FAILED = 70  # EX_SOFTWARE: the supervisor restarts the process
+STICKY_ERRORS = ("CUDA error", "CUBLAS_STATUS", "cuDNN error", "device-side assert")
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` → the first CUDA device when torch sees one, else the CPU; anything else as torch spells it."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """`auto` → bf16 on CUDA, fp32 elsewhere; a name outside DTYPES is refused with the choices."""
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if name not in DTYPES:
+        raise ValueError(f"dtype must be auto or one of {sorted(DTYPES)}, not {name!r}")
+    return DTYPES[name]
+
+
+def default_for(table: dict[str, int], device: torch.device) -> int:
+    return table.get(device.type, table["cpu"])
+
+
+def is_sticky_device_error(exc: BaseException) -> bool:
+    """A CUDA error that poisons the context: every later call fails too (an out-of-memory error does not)."""
+    accelerator_error = getattr(torch, "AcceleratorError", None)
+    if accelerator_error is not None and isinstance(exc, accelerator_error):
+        return True
+    return isinstance(exc, RuntimeError) and any(mark in str(exc) for mark in STICKY_ERRORS)
+
+
+def exit_on_device_failure(exc: BaseException) -> None:
+    """End the process with one clear line, so its supervisor starts a fresh one instead of a worker that stays up
+    failing every request; work it held is delivered again (the tasks are acknowledged late)."""
+    log.critical("the GPU failed and cannot recover in this process, exiting with %d: %s",
+                 EXIT_DEVICE_FAILED, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    logging.shutdown()
+    os._exit(EXIT_DEVICE_FAILED)

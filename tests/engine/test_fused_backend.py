@@ -1,0 +1,54 @@
+"""The CUDA path forced onto the CPU: the Triton backend (under Triton's interpreter) and the padded static buffers
+that CUDA graphs replay give transformers' greedy tokens under batching, chunking and preemption."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.engine.cuda_graphs import DecodeGraphs, buckets
+from pipeline.engine.engine import Engine
+from pipeline.engine.processor import normalize_messages
+from pipeline.engine.request import Request
+from tests.reference import assert_same_greedy, hf_greedy, random_image, user_turn
+
+pytest.importorskip("triton")
+
+
+def _requests() -> list[tuple[list[dict], int]]:
+    """A text-only prompt, one image and two images, with different max_tokens."""
+    return [([{"role": "user", "content": "Summarise the page."}], 7),
+            (user_turn("OCR:", [random_image(90, 40, seed=1)]), 5),
+            (user_turn("Table Recognition:", [random_image(50, 50, seed=2), random_image(70, 30, seed=3)]), 6)]
+
+
+def _assert_transformers_greedy(engine: Engine, checkpoint, requests) -> None:
+    outputs = engine.generate([Request(messages=m, max_tokens=n, ignore_eos=True) for m, n in requests])
+    for (messages, max_tokens), out in zip(requests, outputs, strict=True):
+        ref, margins = hf_greedy(checkpoint, normalize_messages(messages), max_tokens)
+        assert len(out.token_ids) == max_tokens
+        assert_same_greedy(out.token_ids, ref, margins)
+    assert engine.pool.num_free == engine.pool.num_blocks
+
+
+def test_the_triton_backend_equals_transformers_under_preemption_and_chunking(tiny_checkpoint):
+    engine = Engine.from_pretrained(tiny_checkpoint, attention="triton", block_size=4, num_blocks=150,
+                                    max_num_batched_tokens=96, max_num_seqs=3)
+    assert engine.runner.backend == "triton"
+    _assert_transformers_greedy(engine, tiny_checkpoint, _requests())
+    assert engine.scheduler.preemptions > 0
+
+
+def test_decode_steps_through_the_graphs_padded_static_buffers_equal_transformers(tiny_checkpoint):
+    """Three sequences decode in the 4-row bucket: the spare row writes and reads only the scratch block."""
+    engine = Engine.from_pretrained(tiny_checkpoint, attention="triton", max_num_seqs=4)
+    engine.runner.graphs = DecodeGraphs(engine.model, engine.cache, 4, capture=False)
+    requests = [([{"role": "user", "content": f"Question {i}: what is on page {i}?"}], 6 + i) for i in range(3)]
+    _assert_transformers_greedy(engine, tiny_checkpoint, requests)
+    assert engine.runner.graphs.steps >= 6
+
+
+def test_graph_buckets_cover_every_batch_size_up_to_max_num_seqs():
+    assert buckets(256)[:6] == [1, 2, 4, 8, 16, 32] and buckets(256)[-1] == 256
+    assert buckets(3) == [1, 2, 3] and buckets(40) == [1, 2, 4, 8, 16, 32, 40]
+    for size in range(1, 257):
+        assert any(b >= size for b in buckets(256))
