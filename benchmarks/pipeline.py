@@ -45,6 +45,7 @@ from typing import Any
 from benchmarks.stack import FAST, Stack, distributed_stack, exit_on_sigterm
 from benchmarks.workload import finished_at, generated_pdf, page_errors, result_counts, upload_all, wait_until_final
 from pipeline.config import Settings
+from pipeline.engine_settings import engine_kwargs, gpu_threads, layout_device
 
 BUSY_TARGET, OVERHEAD_TARGET_MS = 0.8, 5.0
 
@@ -71,10 +72,10 @@ def in_process(model: Path, measured: list[tuple[str, bytes]], warmup: list[tupl
     from pipeline.engine.engine import Engine
 
     settings = fast_settings(model)
-    layout = layout_backend(settings.layout, settings.layout_model, settings.device)
+    layout = layout_backend(settings.layout, settings.layout_model, layout_device(settings))
     options = ProcessOptions(Limits(dpi=settings.dpi), RegionOptions(settings.crop_margin_pt, settings.text_layer),
                              None, settings.pages_in_flight)
-    engine = Engine.from_pretrained(settings.model, device=settings.device, dtype=settings.dtype)
+    engine = Engine.from_pretrained(settings.model, **engine_kwargs(settings))
     recognizer = EngineRecognizer(engine, settings.max_tokens)
 
     def run(files: list[tuple[str, bytes]]) -> tuple[int, int]:
@@ -153,7 +154,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=2, help="documents run before timing, on each side")
     parser.add_argument("--clients", type=int, default=4, help="concurrent uploads in (b)")
     parser.add_argument("--cpu-processes", type=int, default=2, help="the CPU worker's --concurrency in (b)")
-    parser.add_argument("--gpu-threads", type=int, default=Settings().gpu_threads,
+    parser.add_argument("--gpu-threads", type=int, default=gpu_threads(Settings()),
                         help="the GPU worker's --concurrency in (b): pages whose regions share the engine at once")
     parser.add_argument("--model", type=Path, default=None, help="checkpoint directory (default: a tiny one)")
     args = parser.parse_args()

@@ -14,6 +14,10 @@ from .config import get_settings
 from .logs import configure_logging
 
 if TYPE_CHECKING:
+    from workers.embedded import EmbeddedWorkers
+    from workers.engine_host import EngineHost
+
+    from .config import Settings
     from .documents.layout import LayoutBackend
     from .documents.process import FinishedPage, PageCallback
     from .engine.engine import Engine
@@ -46,10 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--served-model-name", default=None, help="model id clients send (default: --model)")
-    serve.add_argument("--max-num-seqs", type=int, default=32, help="requests decoded together at most")
-    serve.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
-                       help="weights and KV cache dtype (default: QUIRE_DTYPE)")
-    serve.add_argument("--device", default=None, help="torch device such as cpu or cuda (default: QUIRE_DEVICE)")
+    serve.add_argument("--max-num-seqs", type=int, default=None,
+                       help="requests decoded together at most (default: QUIRE_MAX_NUM_SEQS, else 256 on CUDA, 32 on "
+                            "a CPU)")
+    serve.add_argument("--dtype", default=None, choices=["auto", "float32", "bfloat16", "float16"],
+                       help="weights and KV cache dtype (default: QUIRE_DTYPE, auto: bfloat16 on CUDA, else float32)")
+    serve.add_argument("--device", default=None,
+                       help="auto, cpu, cuda or cuda:N (default: QUIRE_DEVICE, auto: CUDA when torch sees a GPU)")
     commands.add_parser("migrate", help="create or upgrade the database (QUIRE_DATABASE_URL) to the newest schema")
     _add_service_parsers(commands)
     add_account_parsers(commands)
@@ -71,7 +78,9 @@ def _add_process_parser(commands: argparse._SubParsersAction) -> None:
                          help="PP-DocLayoutV2/V3 directory or hub id (default: QUIRE_LAYOUT_MODEL)")
     process.add_argument("--dpi", type=int, default=settings.dpi, help="page rendering resolution (default: 200)")
     process.add_argument("--model", default=None, help="local directory or hub id (default: QUIRE_MODEL)")
-    process.add_argument("--device", default=None, help="torch device such as cpu or cuda (default: QUIRE_DEVICE)")
+    process.add_argument("--device", default=None,
+                         help="auto, cpu, cuda or cuda:N, for the engine and, unless QUIRE_LAYOUT_DEVICE says "
+                              "otherwise, the layout model (default: QUIRE_DEVICE, auto: CUDA when torch sees a GPU)")
     process.add_argument("--text-layer", default=settings.text_layer, choices=["auto", "off"],
                          help="auto: born-digital text regions take the PDF's text instead of the model's")
     process.add_argument("--max-tokens", type=int, default=None, help="per region (default: QUIRE_MAX_TOKENS)")
@@ -87,19 +96,19 @@ def _process(args: argparse.Namespace) -> int:
     """`quire process`: 0 when every input has a result, 1 when any input failed, 2 when nothing could start."""
     from .documents.layout import layout_backend
     from .documents.layout_weights import LayoutModelUnavailable
+    from .engine_settings import layout_device
 
-    settings = get_settings()
+    settings = _settings(device=args.device)
     todo, names, missing = _inputs_to_process(args.inputs, args.output, args.force)
     if not todo:
         return 1 if missing else 0
-    device = args.device or settings.device
-    try:
-        layout = layout_backend(args.layout, args.layout_model, device)
+    try:  # before the engine, which sizes its KV cache from the GPU memory the layout model leaves free
+        layout = layout_backend(args.layout, args.layout_model, layout_device(settings))
     except LayoutModelUnavailable as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     model = str(args.model or settings.model)
-    engine = _load_engine(model, device, settings.dtype)
+    engine = _load_engine(model, settings)
     if engine is None:
         return 2
     try:
@@ -154,13 +163,19 @@ def _process_all(todo: list[Path], names: dict[Path, str], engine: Engine, layou
     return failed
 
 
-def _load_engine(model: str, device: str, dtype: str) -> Engine | None:
+def _settings(**flags: object) -> Settings:
+    """The settings, with each command-line flag that was given (not None) in place of its QUIRE_* variable."""
+    return get_settings().model_copy(update={key: value for key, value in flags.items() if value is not None})
+
+
+def _load_engine(model: str, settings: Settings) -> Engine | None:
     """The engine, or None after saying on stderr how to get weights (or the tiny demo checkpoint)."""
     from .engine.engine import Engine
     from .engine.model.loader import CheckpointError
+    from .engine_settings import engine_kwargs
 
     try:
-        return Engine.from_pretrained(model, device=device, dtype=dtype)
+        return Engine.from_pretrained(model, **engine_kwargs(settings))
     except CheckpointError as exc:
         _say_model_missing(exc, "quire process FILE --model {tiny}")
         return None
@@ -215,7 +230,8 @@ def _add_service_parsers(commands: argparse._SubParsersAction) -> None:
     worker = commands.add_parser("worker", help="a Celery worker of the distributed mode (needs QUIRE_BROKER_URL)")
     worker.add_argument("--queues", default="cpu,gpu", help="cpu, gpu or both (default: cpu,gpu)")
     worker.add_argument("--concurrency", type=int, default=None,
-                        help="tasks at once (default: the CPU count for cpu; QUIRE_GPU_THREADS for gpu)")
+                        help="tasks at once (default: the CPU count for cpu; for gpu QUIRE_GPU_THREADS, else enough "
+                             "pages to fill the engine's batch: 64 on CUDA, 8 on a CPU)")
     worker.add_argument("--loglevel", default="INFO")
 
 
@@ -245,22 +261,33 @@ def _serve(args: argparse.Namespace) -> int:
     from workers.embedded import EmbeddedWorkers
     from workers.engine_host import EngineHost
 
-    from .engine.model.loader import CheckpointError
+    from .engine_settings import gpu_threads
 
     host = EngineHost(settings)
+    workers = EmbeddedWorkers(settings, db, blobs, host, settings.cpu_threads, gpu_threads(settings))
     try:
-        host.engine  # noqa: B018 - load now, so a missing model is said at start, not on the first page
-    except CheckpointError as exc:
-        _say_model_missing(exc, "QUIRE_MODEL={tiny} quire serve")
-        return 2
-    workers = EmbeddedWorkers(settings, db, blobs, host, settings.cpu_threads, settings.gpu_threads)
-    try:
+        if not _load_models(workers, host):
+            return 2
         workers.resume()
         uvicorn.run(create_app(settings, workers, require_keys), host=args.host, port=args.port, log_config=None)
     finally:
         workers.close()
         host.close()
     return 0
+
+
+def _load_models(workers: EmbeddedWorkers, host: EngineHost) -> bool:
+    """Load the layout model, then the engine (whose KV cache takes a share of the GPU memory left), at start
+    rather than on the first page; False after saying how to get a missing recognition model."""
+    from .engine.model.loader import CheckpointError
+
+    workers.context.preload_layout()
+    try:
+        host.engine  # noqa: B018 - a property that loads it
+    except CheckpointError as exc:
+        _say_model_missing(exc, "QUIRE_MODEL={tiny} quire serve")
+        return False
+    return True
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -271,6 +298,7 @@ def _worker(args: argparse.Namespace) -> int:
         return 2
     configure_logging(settings.log_format, args.loglevel)
     from .db.migrate import upgrade_to_head
+    from .engine_settings import gpu_threads
 
     upgrade_to_head(settings.database_url)
     from workers.celery_app import app
@@ -279,11 +307,21 @@ def _worker(args: argparse.Namespace) -> int:
     pool = "threads" if "gpu" in queues else "prefork"
     if settings.metrics_port and "gpu" in queues:
         _serve_engine_metrics(settings.metrics_port)
-    concurrency = args.concurrency or (settings.gpu_threads if "gpu" in queues else None)
+    if "gpu" in queues and settings.prepare_queue in queues:
+        _preload_layout()
+    concurrency = args.concurrency or (gpu_threads(settings) if "gpu" in queues else None)
     argv = ["worker", "--queues", ",".join(queues), "--pool", pool, "--loglevel", args.loglevel,
             "--hostname", f"quire-{'-'.join(queues)}@%h"]
     app.worker_main(argv + (["--concurrency", str(concurrency)] if concurrency else []))
     return 0
+
+
+def _preload_layout() -> None:
+    """A GPU worker that prepares pages too loads its layout model now, before its engine, whose KV cache takes a
+    share of the GPU memory left when it loads (on the first recognize task)."""
+    from workers.tasks import context
+
+    context().preload_layout()
 
 
 def _serve_engine_metrics(port: int) -> None:
@@ -317,12 +355,12 @@ def _serve_engine(args: argparse.Namespace) -> int:
     from .engine.engine import Engine
     from .engine.model.loader import CheckpointError
     from .engine.server import create_app
+    from .engine_settings import engine_kwargs
 
-    settings = get_settings()
+    settings = _settings(device=args.device, dtype=args.dtype, max_num_seqs=args.max_num_seqs)
     model = args.model or settings.model
     try:
-        engine = Engine.from_pretrained(model, device=args.device or settings.device,
-                                        dtype=args.dtype or settings.dtype, max_num_seqs=args.max_num_seqs)
+        engine = Engine.from_pretrained(model, **engine_kwargs(settings))
     except CheckpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -353,11 +391,12 @@ def _recognize(args: argparse.Namespace) -> int:
     from .engine.model.loader import CheckpointError
     from .engine.processor import TASK_PROMPTS, ImageError
     from .engine.request import Request
+    from .engine_settings import engine_kwargs
 
     settings = get_settings()
     started = time.perf_counter()
     try:
-        engine = Engine.from_pretrained(args.model or settings.model, device=settings.device, dtype=settings.dtype)
+        engine = Engine.from_pretrained(args.model or settings.model, **engine_kwargs(settings))
     except CheckpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import field_validator, model_validator
+from pydantic import Field, PositiveInt, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 ApiKeysMode = Literal["auto", "required", "off"]
@@ -15,8 +15,16 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="QUIRE_", env_file=".env", extra="ignore")
 
     model: str = "PaddlePaddle/PaddleOCR-VL"
-    device: str = "cpu"
-    dtype: str = "float32"
+    # the engine: auto and None mean CUDA, bf16 and a large batch when torch sees a GPU, else the CPU, fp32 and a
+    # smaller batch (pipeline/engine/devices.py); pipeline/engine_settings.py turns these into the engine's keywords
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    dtype: str = "auto"  # auto | float32 | bfloat16 | float16
+    max_num_seqs: PositiveInt | None = None  # sequences decoded together at most; None: 256 on CUDA, 32 on a CPU
+    max_num_batched_tokens: PositiveInt | None = None  # tokens in one engine step; None: 8192 on CUDA, 4096 on a CPU
+    kv_cache_memory: PositiveInt | None = None  # bytes of KV cache; None: kv_cache_fraction of the free GPU memory
+    # share of the GPU memory free when the engine starts: a layout model on that GPU must be loaded before it
+    kv_cache_fraction: Annotated[float, Field(gt=0.0, le=1.0)] = 0.8
+    cuda_graphs: bool = True  # decode steps replayed as CUDA graphs; QUIRE_CUDA_GRAPHS=0 runs them eagerly
     max_tokens: int = 1024
     max_image_pixels: int = 100_000_000
     cache_dir: Path = Path.home() / ".cache" / "quire"
@@ -24,11 +32,14 @@ class Settings(BaseSettings):
     dpi: int = 200  # page rendering resolution
     layout: str = "auto"  # auto | pp-doclayout | pdf | page
     layout_model: str = "PaddlePaddle/PP-DocLayoutV2_safetensors"  # PP-DocLayoutV2/V3: local directory or hub id
+    layout_device: str = ""  # where the layout model runs; empty: the engine's device
     text_layer: Literal["auto", "off"] = "auto"  # born-digital text regions take the PDF's own text
     crop_margin_pt: float = 2.0  # region crops grow by this much on each side
     recognize_charts: bool = False  # charts are pictures unless this asks for `Chart Recognition:`
     recognize_seals: bool = False  # seals are pictures unless this asks for `Seal Recognition:`
     pages_in_flight: int = 16  # pages rendered ahead while the engine recognises earlier ones
+    # the Celery queue of the prepare stage (render, layout): `gpu` runs it beside the engine, on the GPU worker
+    prepare_queue: Literal["cpu", "gpu"] = "cpu"
     max_upload_bytes: int = 200 * 1024 * 1024  # an upload past this is refused while it streams in
     max_pages: int = 2000  # a document with more pages fails with `too_many_pages`
     # batches (POST /v1/batches): a request's files, or its one archive's entries of any kind, at most
@@ -47,10 +58,9 @@ class Settings(BaseSettings):
     reap_after_s: float = 900.0
     reap_interval_s: float = 60.0  # how often the embedded service, or one of the workers, looks for such documents
     cpu_threads: int = 2  # embedded mode: threads for ingest, render and layout
-    # recognize tasks in flight at once, all feeding the one engine (embedded, and a GPU worker's default concurrency):
-    # a page has a handful of regions, so it takes several pages in flight to fill the engine's batch
-    # (benchmarks/pipeline.py: engine busy 73 % of the wall time with 2, 82 % with 8)
-    gpu_threads: int = 8
+    # recognize tasks in flight at once, all feeding the one engine (embedded, and a GPU worker's concurrency);
+    # None: as many as fill the engine's batch (pipeline/engine_settings.py, gpu_threads)
+    gpu_threads: PositiveInt | None = None
     log_format: Literal["json", "text"] = "json"  # `quire serve` / `quire worker` logs: one JSON object a line
     metrics_port: int = 0  # a worker serves its engine's Prometheus metrics on this port; 0: none
     # API keys: auto = required unless `quire serve` listens on a loopback address only; required; off

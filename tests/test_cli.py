@@ -7,12 +7,20 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import jsonschema
 import pytest
 
+import workers.tasks
+from pipeline import cli
+from pipeline.db import migrate
+from pipeline.documents import layout
 from pipeline.documents.assemble import load_schema
 from pipeline.documents.overlay import colour_for
+from pipeline.engine.engine import Engine
+from pipeline.engine.model.loader import CheckpointError
+from workers.celery_app import app
 
 
 def _quire(*args: str, cache: Path, **env_vars: str) -> subprocess.CompletedProcess[str]:
@@ -131,3 +139,123 @@ def test_serve_without_the_weights_says_how_to_try_the_demo_checkpoint(tmp_path)
 def test_worker_without_a_broker_points_at_the_embedded_mode(tmp_path):
     done = _quire("worker", "--queues", "gpu", cache=tmp_path)
     assert done.returncode == 2 and "QUIRE_BROKER_URL" in done.stderr
+
+
+# --- settings and flags into the engine and the workers, in this process (the engine and Celery replaced) ---------
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """monkeypatch, with no QUIRE_* variable but the cache directory, and no .env file."""
+    for key in [key for key in os.environ if key.startswith("QUIRE_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("QUIRE_CACHE_DIR", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    return monkeypatch
+
+
+def engine_keywords(monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
+    """What Engine.from_pretrained is called with, filled in when a command calls it (it then refuses to load)."""
+    seen: dict[str, object] = {}
+
+    def refuse(model: str, **kwargs: object) -> Engine:
+        seen.update(kwargs)
+        raise CheckpointError("not loaded in this test")
+
+    monkeypatch.setattr(Engine, "from_pretrained", refuse)
+    return seen
+
+
+def test_engine_serve_flags_win_over_the_settings_and_the_rest_come_from_them(env: pytest.MonkeyPatch):
+    for key, value in {"QUIRE_DEVICE": "cuda", "QUIRE_DTYPE": "float16", "QUIRE_MAX_NUM_SEQS": "64",
+                       "QUIRE_KV_CACHE_FRACTION": "0.5", "QUIRE_CUDA_GRAPHS": "0"}.items():
+        env.setenv(key, value)
+    seen = engine_keywords(env)
+    assert cli.main(["engine", "serve", "--model", "m", "--device", "cpu", "--dtype", "float32",
+                     "--max-num-seqs", "4"]) == 2
+    assert seen == {"device": "cpu", "dtype": "float32", "max_num_seqs": 4, "max_num_batched_tokens": None,
+                    "kv_cache_memory": None, "gpu_memory_fraction": 0.5, "cuda_graphs": False}
+
+
+@pytest.mark.parametrize(("layout_device", "expected"), [("", "cpu"), ("meta", "meta")])
+def test_process_device_flag_moves_the_engine_and_the_layout_unless_a_layout_device_is_set(
+    env: pytest.MonkeyPatch, tmp_path: Path, layout_device: str, expected: str
+):
+    env.setenv("QUIRE_DEVICE", "cuda")
+    env.setenv("QUIRE_LAYOUT_DEVICE", layout_device)
+    seen = engine_keywords(env)
+    layouts: list[str] = []
+    env.setattr(layout, "layout_backend", lambda name, model, device: layouts.append(device) or layout.PageLayout())
+    assert cli.main(["process", str(CORPUS / "minimal-document.pdf"), "-o", str(tmp_path / "out"), "--model", "m",
+                     "--device", "cpu"]) == 2
+    assert (seen["device"], layouts) == ("cpu", [expected])
+
+
+class PreloadSeen:
+    """workers.tasks.context() stand-in that records whether the layout was preloaded."""
+
+    def __init__(self) -> None:
+        self.preloaded = False
+
+    def preload_layout(self) -> None:
+        self.preloaded = True
+
+
+def start_worker(env: pytest.MonkeyPatch, *arguments: str) -> tuple[list[str], PreloadSeen]:
+    """`quire worker ARGUMENTS` up to Celery's start: (Celery's argv, the context it preloaded the layout into)."""
+    env.setenv("QUIRE_BROKER_URL", "redis://127.0.0.1:6379/0")
+    argv: list[str] = []
+    context = PreloadSeen()
+    env.setattr(migrate, "upgrade_to_head", lambda url: None)
+    env.setattr(cli, "configure_logging", lambda *args: None)
+    env.setattr(app, "worker_main", argv.extend)
+    env.setattr(workers.tasks, "context", lambda: context)
+    assert cli.main(["worker", *arguments]) == 0
+    return argv, context
+
+
+@pytest.mark.parametrize(("variables", "arguments", "concurrency"), [
+    ({"QUIRE_DEVICE": "cpu"}, [], "8"),
+    ({"QUIRE_DEVICE": "cuda"}, [], "64"),  # 256 sequences on CUDA
+    ({"QUIRE_DEVICE": "cuda", "QUIRE_MAX_NUM_SEQS": "128"}, [], "32"),
+    ({"QUIRE_DEVICE": "cuda", "QUIRE_GPU_THREADS": "3"}, [], "3"),
+    ({"QUIRE_DEVICE": "cuda"}, ["--concurrency", "5"], "5"),
+])
+def test_a_gpu_worker_takes_as_many_pages_at_once_as_fill_the_engines_batch(
+    env: pytest.MonkeyPatch, variables: dict[str, str], arguments: list[str], concurrency: str
+):
+    for key, value in variables.items():
+        env.setenv(key, value)
+    argv, _ = start_worker(env, "--queues", "gpu", *arguments)
+    assert argv[argv.index("--pool") + 1] == "threads"
+    assert argv[argv.index("--concurrency") + 1] == concurrency
+
+
+def test_a_cpu_worker_leaves_its_concurrency_to_celery(env: pytest.MonkeyPatch):
+    argv, context = start_worker(env, "--queues", "cpu")
+    assert argv[argv.index("--pool") + 1] == "prefork" and "--concurrency" not in argv
+    assert not context.preloaded
+
+
+@pytest.mark.parametrize(("queues", "prepare_queue", "preloaded"), [
+    ("gpu", "cpu", False), ("gpu", "gpu", True), ("cpu,gpu", "cpu", True),
+])
+def test_a_gpu_worker_that_prepares_pages_loads_its_layout_model_before_the_engine(
+    env: pytest.MonkeyPatch, queues: str, prepare_queue: str, preloaded: bool
+):
+    env.setenv("QUIRE_PREPARE_QUEUE", prepare_queue)
+    _, context = start_worker(env, "--queues", queues)
+    assert context.preloaded is preloaded
+
+
+def test_the_embedded_service_loads_the_layout_model_before_the_engine():
+    loaded: list[str] = []
+
+    class Host:
+        @property
+        def engine(self) -> None:
+            loaded.append("engine")
+
+    workers = SimpleNamespace(context=SimpleNamespace(preload_layout=lambda: loaded.append("layout")))
+    assert cli._load_models(workers, Host()) is True
+    assert loaded == ["layout", "engine"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -107,15 +108,34 @@ def test_nothing_starts_before_the_schema_is_migrated() -> None:
         assert depends_on["redis"]["condition"] == "service_healthy"
 
 
+def settings_of(service: str, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """The Settings the service's process reads from its environment."""
+    for key in [key for key in os.environ if key.startswith("QUIRE_")]:
+        monkeypatch.delenv(key)
+    for key, value in environment(service).items():
+        monkeypatch.setenv(key, value)
+    return Settings(_env_file=None)
+
+
 def test_the_gpu_worker_gets_an_nvidia_gpu_and_a_kept_model_cache() -> None:
     devices = SERVICES["worker-gpu"]["deploy"]["resources"]["reservations"]["devices"]
     assert any(device["driver"] == "nvidia" and "gpu" in device["capabilities"] for device in devices)
     env = environment("worker-gpu")
-    assert env["QUIRE_DEVICE"] == "cuda"
     cache = next(volume for target, volume in mounts("worker-gpu").items()
                  if Path(env["HF_HOME"]).is_relative_to(target))
     assert cache in COMPOSE["volumes"]  # a named volume: downloads survive the container
-    assert "deploy" not in SERVICES["worker-cpu"] and environment("worker-cpu").get("QUIRE_DEVICE", "cpu") == "cpu"
+
+
+@pytest.mark.parametrize("service", ["worker-gpu", "worker-cpu"])
+def test_the_workers_leave_device_dtype_batch_and_threads_to_the_auto_defaults(
+    service: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`auto` is CUDA and bf16 where the container sees the GPU (only the GPU worker reserves one) and the CPU
+    elsewhere; the batch and the GPU worker's threads then follow the device."""
+    settings = settings_of(service, monkeypatch)
+    assert (settings.device, settings.dtype, settings.layout_device) == ("auto", "auto", "")
+    assert (settings.max_num_seqs, settings.gpu_threads, settings.kv_cache_memory) == (None, None, None)
+    assert ("deploy" in SERVICES[service]) == (service == "worker-gpu")
 
 
 def test_the_api_and_the_workers_share_one_blob_volume() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from celery import Celery
 
 from pipeline.config import Settings, get_settings
-from pipeline.jobs.dispatch import QUEUES, Stage
+from pipeline.jobs.dispatch import Stage, stage_queues
 
 # A send waits out a broker restart (about 15 s of attempts) instead of failing at once: an upload during a Redis
 # restart is answered 202, and a stage's next stage is sent rather than left to the task's retry or the reaper.
@@ -23,6 +23,7 @@ def task_name(stage: Stage) -> str:
 
 def create_celery(settings: Settings) -> Celery:
     app = Celery("quire", broker=settings.broker_url or "redis://127.0.0.1:6379/0", include=["workers.tasks"])
+    routes = {task_name(stage): {"queue": queue} for stage, queue in stage_queues(settings.prepare_queue).items()}
     app.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,
@@ -30,7 +31,7 @@ def create_celery(settings: Settings) -> Celery:
         worker_prefetch_multiplier=1,
         task_ignore_result=True,
         task_default_queue="cpu",
-        task_routes={task_name(stage): {"queue": queue} for stage, queue in QUEUES.items()},
+        task_routes=routes,
         broker_transport_options={"visibility_timeout": settings.broker_visibility_timeout_s},
         broker_connection_retry_on_startup=True,
         task_publish_retry_policy=PUBLISH_RETRY,
@@ -40,19 +41,21 @@ def create_celery(settings: Settings) -> Celery:
 
 
 class CeleryDispatcher:
-    """A Dispatcher that sends each stage as a Celery task to its queue."""
+    """A Dispatcher that sends each stage as a Celery task to its queue, as the app routes it."""
 
     def __init__(self, app: Celery) -> None:
         self.app = app
+        self.queues = {name: route["queue"] for name, route in app.conf.task_routes.items()}
 
     def send(self, stage: Stage, key: str | int, delay_s: float = 0.0) -> None:
-        self.app.send_task(task_name(stage), args=[key], queue=QUEUES[stage], countdown=delay_s or None)
+        name = task_name(stage)
+        self.app.send_task(name, args=[key], queue=self.queues[name], countdown=delay_s or None)
 
     def queue_depths(self) -> dict[str, int]:
         """Messages waiting in each queue's Redis list (Celery's Redis transport keeps a queue as one list)."""
         with self.app.connection_for_read() as connection:
             client = connection.default_channel.client
-            return {queue: int(client.llen(queue)) for queue in sorted(set(QUEUES.values()))}
+            return {queue: int(client.llen(queue)) for queue in sorted(set(self.queues.values()))}
 
     def engine_stats(self) -> dict[str, int] | None:
         return None  # each GPU worker serves its engine's metrics itself (QUIRE_METRICS_PORT)

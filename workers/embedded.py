@@ -21,7 +21,7 @@ from pipeline.db.models import Document
 from pipeline.db.session import session_scope
 from pipeline.jobs.context import Context, RecognitionHost
 from pipeline.jobs.deliveries import resume_deliveries
-from pipeline.jobs.dispatch import QUEUES, Stage
+from pipeline.jobs.dispatch import Stage, stage_queues
 from pipeline.jobs.reaper import ReaperThread
 from pipeline.jobs.stages import run_stage
 from pipeline.storage import BlobStore
@@ -36,6 +36,7 @@ class EmbeddedWorkers:
     def __init__(self, settings: Settings, db: Engine, blobs: BlobStore, recognition: RecognitionHost,
                  cpu_threads: int = 2, gpu_threads: int = 4) -> None:
         self.context = Context(settings, db, blobs, self, recognition)
+        self._queues = stage_queues(settings.prepare_queue)
         self._pools = {"cpu": ThreadPoolExecutor(cpu_threads, thread_name_prefix="quire-cpu"),
                        "gpu": ThreadPoolExecutor(gpu_threads, thread_name_prefix="quire-gpu")}
         self._waiting = Counter[str]()
@@ -51,8 +52,8 @@ class EmbeddedWorkers:
             self._send_later(stage, key, delay_s)
             return
         with self._lock:
-            self._waiting[QUEUES[stage]] += 1
-        self._pools[QUEUES[stage]].submit(self._run, stage, key)
+            self._waiting[self._queues[stage]] += 1
+        self._pools[self._queues[stage]].submit(self._run, stage, key)
 
     def queue_depths(self) -> dict[str, int]:
         with self._lock:
@@ -100,7 +101,7 @@ class EmbeddedWorkers:
 
     def _run(self, stage: Stage, key: str | int) -> None:
         with self._lock:
-            self._waiting[QUEUES[stage]] -= 1
+            self._waiting[self._queues[stage]] -= 1
         for attempt in range(RETRIES + 1):
             try:
                 run_stage(self.context, stage, key)

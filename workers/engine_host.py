@@ -1,7 +1,9 @@
 """The resident engine of a GPU worker process: loaded once, on the first region, and shared by all its threads.
 
 Every recognize task of the process submits its page's regions to this one engine, so regions of as many pages
-as the worker has threads are in flight together and batch in the same engine steps.
+as the worker has threads are in flight together and batch in the same engine steps. A process that lays pages
+out too loads its layout model before the engine (Context.preload_layout), since the engine's KV cache takes a
+share of the GPU memory then free.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pipeline.config import Settings
 from pipeline.documents.recognize import EngineRecognizer, Recognizer
 from pipeline.engine.engine import Engine
 from pipeline.engine.model.loader import checkpoint_revision, resolve_checkpoint
+from pipeline.engine_settings import engine_kwargs
 
 
 class EngineHost:
@@ -24,10 +27,9 @@ class EngineHost:
     names lazily, and two task threads resolving it at once have failed with an ImportError.
     """
 
-    def __init__(self, settings: Settings, max_num_seqs: int = 32) -> None:
+    def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.model = settings.model
-        self.max_num_seqs = max_num_seqs
         self._engine: Engine | None = None
         self._lock = threading.Lock()
 
@@ -39,8 +41,7 @@ class EngineHost:
     def engine(self) -> Engine:
         with self._lock:
             if self._engine is None:
-                self._engine = Engine.from_pretrained(self.model, device=self.settings.device,
-                                                      dtype=self.settings.dtype, max_num_seqs=self.max_num_seqs)
+                self._engine = Engine.from_pretrained(self.model, **engine_kwargs(self.settings))
             return self._engine
 
     def stats(self) -> dict[str, int] | None:

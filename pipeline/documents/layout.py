@@ -2,7 +2,8 @@
 
 Backends share one interface (`LayoutBackend.detect`) and one label vocabulary (PP-DocLayout's), so the
 rest of the pipeline never knows which backend found a region. Boxes are pixels on the rendered page
-image; `RenderedPage.to_points` maps them back to page points. `layout_backend(name)` builds one:
+image; `RenderedPage.to_points` maps them back to page points. `detect_many` lays several pages out at once, in
+one forward pass of a backend that batches (the model), page by page otherwise. `layout_backend(name)` builds one:
 
 - `pp-doclayout`: PP-DocLayoutV2/V3 through transformers (layout_model.py), boxes and the model's reading order;
 - `pdf`: a born-digital page's own structure read with PyMuPDF, no model (layout_pdf.py);
@@ -13,6 +14,7 @@ image; `RenderedPage.to_points` maps them back to page points. `layout_backend(n
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -23,12 +25,13 @@ from pipeline.documents.render import RenderedPage
 
 __all__ = [
     "BACKENDS", "LABELS", "AutoLayout", "BBox", "LayoutBackend", "LayoutModelUnavailable", "PageLayout", "Region",
-    "layout_backend",
+    "detect_many", "layout_backend",
 ]
 
 BACKENDS = ("auto", "pp-doclayout", "pdf", "page")
 
 BBox = tuple[float, float, float, float]  # x0, y0, x1, y1 in pixels of the rendered page image
+LaidPage = tuple[RenderedPage, SourcePage]  # what a backend lays out: the page image and the page it was rendered from
 
 # PP-DocLayout's classes; every backend speaks this vocabulary.
 LABELS: frozenset[str] = frozenset({
@@ -94,6 +97,20 @@ class AutoLayout:
 
     def detect(self, page: RenderedPage, source: SourcePage) -> list[Region]:
         return self.backend_for(source).detect(page, source)
+
+    def detect_many(self, pages: Sequence[LaidPage]) -> list[list[Region]]:
+        if self.model is not None:
+            return detect_many(self.model, pages)
+        return [self.detect(page, source) for page, source in pages]
+
+
+def detect_many(layout: LayoutBackend, pages: Sequence[LaidPage]) -> list[list[Region]]:
+    """Each page's regions, as `layout.detect` finds them one page at a time: in one forward pass when the backend
+    batches (`detect_many`; a GPU lays out a batch of pages in little more time than one), else page by page."""
+    batched = getattr(layout, "detect_many", None)
+    if batched is not None:
+        return batched(pages)
+    return [layout.detect(page, source) for page, source in pages]
 
 
 def layout_backend(name: str, model: str | None = None, device: str = "cpu") -> LayoutBackend:

@@ -2,7 +2,8 @@
 
 Pages stream through a window: while the recognizer works on the regions of the pages in flight, the next pages
 are rendered and laid out on this thread, so CPU stages and the engine overlap and the engine always has many
-regions (of many pages) to batch. The window also bounds memory: only `pages_in_flight` page images are held.
+regions (of many pages) to batch. Pages are laid out `layout_batch` at a time, in one forward pass of a layout
+model. The window also bounds memory: only `pages_in_flight` page images (and a batch being laid out) are held.
 
 Bad input never raises: an unreadable or refused document comes back `failed` with its error code, a page that
 cannot be rendered, laid out or recognised comes back `failed` with its code and its document `partial`.
@@ -11,16 +12,17 @@ cannot be rendered, laid out or recognised comes back `failed` with its code and
 from __future__ import annotations
 
 import hashlib
+import itertools
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pipeline.documents.errors import DocumentError
 from pipeline.documents.ingest import IngestedDocument, Limits, SourcePage, ingest, sniff
-from pipeline.documents.layout import LayoutBackend, Region
+from pipeline.documents.layout import LayoutBackend, Region, detect_many
 from pipeline.documents.postprocess import postprocess
 from pipeline.documents.recognize import Recognition, RecognitionTask, Recognizer
 from pipeline.documents.regions import PreparedRegion, RegionOptions, crop, prepare_regions
@@ -34,6 +36,7 @@ class ProcessOptions:
     regions: RegionOptions = field(default_factory=RegionOptions)
     password: str | None = None
     pages_in_flight: int = 16  # pages rendered and submitted ahead of the oldest unfinished one
+    layout_batch: int = 8  # pages laid out together (at most pages_in_flight): one forward pass of a layout model
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,7 @@ def _run_pages(document: IngestedDocument, recognizer: Recognizer, layout: Layou
                on_page: PageCallback | None) -> list[PageOutput]:
     pages: list[PageOutput] = []
     window: deque[_InFlight | FinishedPage] = deque()
+    in_flight = max(1, options.pages_in_flight)
 
     def finish_oldest() -> None:
         oldest = window.popleft()
@@ -132,19 +136,24 @@ def _run_pages(document: IngestedDocument, recognizer: Recognizer, layout: Layou
         if on_page is not None:
             on_page(done)
 
-    for source in document.pages():
-        window.append(_start(source, recognizer, layout, options))
-        while len(window) > max(1, options.pages_in_flight):
-            finish_oldest()
+    for batch in _batches(document.pages(), min(in_flight, max(1, options.layout_batch))):
+        for laid_out in lay_out_many(batch, layout, options.regions):
+            window.append(_submit(laid_out, recognizer))
+            while len(window) > in_flight:
+                finish_oldest()
     while window:
         finish_oldest()
     return pages
 
 
-def _start(source: SourcePage, recognizer: Recognizer, layout: LayoutBackend,
-           options: ProcessOptions) -> _InFlight | FinishedPage:
-    """Render, lay out and submit one page; a page that fails before recognition comes back finished."""
-    laid_out = lay_out(source, layout, options.regions)
+def _batches(sources: Iterable[SourcePage], size: int) -> Iterator[list[SourcePage]]:
+    iterator = iter(sources)
+    while batch := list(itertools.islice(iterator, size)):
+        yield batch
+
+
+def _submit(laid_out: LaidOutPage | FinishedPage, recognizer: Recognizer) -> _InFlight | FinishedPage:
+    """Send a laid-out page's regions that need the model to the recognizer; a page that failed stays finished."""
     if isinstance(laid_out, FinishedPage):
         return laid_out
     page = laid_out.page
@@ -155,23 +164,64 @@ def _start(source: SourcePage, recognizer: Recognizer, layout: LayoutBackend,
 
 def lay_out(source: SourcePage, layout: LayoutBackend, options: RegionOptions) -> LaidOutPage | FinishedPage:
     """Render one page, find its regions and prepare them; a page that fails here comes back finished."""
+    return lay_out_many([source], layout, options)[0]
+
+
+def lay_out_many(sources: list[SourcePage], layout: LayoutBackend,
+                 options: RegionOptions) -> list[LaidOutPage | FinishedPage]:
+    """lay_out for several pages, their regions found in one batch; each page's layout time is its share of it."""
+    rendered = [_render(source) for source in sources]
+    ready = [(item[0], source) for item, source in zip(rendered, sources, strict=True) if isinstance(item, tuple)]
+    started = time.perf_counter()
+    found = iter(_detect_all(layout, ready))
+    layout_ms = (time.perf_counter() - started) * 1000.0 / max(1, len(ready))
+    laid_out: list[LaidOutPage | FinishedPage] = []
+    for item, source in zip(rendered, sources, strict=True):
+        if isinstance(item, FinishedPage):
+            laid_out.append(item)
+        else:
+            page, render_ms = item
+            timings = {"render": render_ms, "layout": layout_ms}
+            laid_out.append(_laid_out(source, page, next(found), layout, timings, options))
+    return laid_out
+
+
+def _render(source: SourcePage) -> tuple[RenderedPage, float] | FinishedPage:
+    """The page image and how long it took, or the page finished as failed when it cannot be rendered."""
     started = time.perf_counter()
     rendered = render_page_result(source)
     if rendered.page is None:
         error = rendered.error or DocumentError("corrupt", f"page {source.index + 1} cannot be rendered")
         output = PageOutput(source.index, "failed", error=Problem(error.code, error.message))
         return FinishedPage(output, None, source.document.page_count)
-    page = rendered.page
-    timings = {"render": (time.perf_counter() - started) * 1000.0}
+    return rendered.page, (time.perf_counter() - started) * 1000.0
+
+
+def _detect_all(layout: LayoutBackend, pages: list[tuple[RenderedPage, SourcePage]]) -> list[list[Region] | Problem]:
+    """Every page's regions from one batch; when the batch raises, page by page, so only the page the backend trips
+    on fails."""
+    if len(pages) > 1:
+        try:
+            return list(detect_many(layout, pages))
+        except Exception:  # told apart page by page below
+            pass
+    return [_detect(layout, page, source) for page, source in pages]
+
+
+def _detect(layout: LayoutBackend, page: RenderedPage, source: SourcePage) -> list[Region] | Problem:
     try:
-        regions = layout.detect(page, source)
+        return layout.detect(page, source)
     except DocumentError as exc:
-        return _failed_page(source, page, layout.name, Problem(exc.code, exc.message), timings)
+        return Problem(exc.code, exc.message)
     except Exception as exc:  # a layout model tripping on one odd page must not stop the document
-        return _failed_page(source, page, layout.name, Problem("layout_failed", f"{type(exc).__name__}: {exc}"),
-                            timings)
-    timings["layout"] = (time.perf_counter() - started) * 1000.0 - timings["render"]
-    prepared = _prepare(source, page, regions, options)
+        return Problem("layout_failed", f"{type(exc).__name__}: {exc}")
+
+
+def _laid_out(source: SourcePage, page: RenderedPage, found: list[Region] | Problem, layout: LayoutBackend,
+              timings: dict[str, float], options: RegionOptions) -> LaidOutPage | FinishedPage:
+    if isinstance(found, Problem):
+        return _failed_page(source, page, layout.name, found, {"render": timings["render"]})
+    prepared = _prepare(source, page, found, options)
     return LaidOutPage(source.index, page, _backend_name(layout, source), prepared, timings)
 
 

@@ -7,14 +7,16 @@ and shared by every task the process runs, on all its threads.
 from __future__ import annotations
 
 import threading
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from sqlalchemy import Engine
 
 from pipeline.config import Settings
-from pipeline.documents.layout import LayoutBackend, layout_backend
+from pipeline.documents.layout import LayoutBackend, LayoutModelUnavailable, layout_backend
 from pipeline.documents.recognize import Recognizer
+from pipeline.engine_settings import layout_device
 from pipeline.jobs.dispatch import Dispatcher
 from pipeline.storage import BlobStore
 
@@ -46,5 +48,12 @@ class Context:
         """The layout backend called name, loaded on first use (a layout model is loaded once per process)."""
         with self._lock:
             if name not in self._layouts:
-                self._layouts[name] = layout_backend(name, self.settings.layout_model, self.settings.device)
+                self._layouts[name] = layout_backend(name, self.settings.layout_model, layout_device(self.settings))
             return self._layouts[name]
+
+    def preload_layout(self) -> None:
+        """Load the default layout backend now, in a process that hosts the engine too: on a GPU the layout model
+        must take its memory before the engine sizes its KV cache from what is free. Missing weights are left for
+        each page to report, as they are without this."""
+        with suppress(LayoutModelUnavailable):
+            self.layout(self.settings.layout)

@@ -15,6 +15,12 @@ Stage = Literal["ingest", "prepare", "recognize", "finalize", "deliver"]
 QUEUES: dict[Stage, str] = {"ingest": "cpu", "prepare": "cpu", "recognize": "gpu", "finalize": "cpu", "deliver": "cpu"}
 
 
+def stage_queues(prepare_queue: str = "cpu") -> dict[Stage, str]:
+    """QUEUES with prepare on QUIRE_PREPARE_QUEUE: `gpu` lays pages out on the GPU worker, when the CPU workers'
+    cores cannot run the layout model as fast as the engine recognises pages."""
+    return {**QUEUES, "prepare": prepare_queue}
+
+
 class Dispatcher(Protocol):
     def send(self, stage: Stage, key: str | int, delay_s: float = 0.0) -> None:
         """Run `stage` on `key` (a document id for ingest/finalize, a page id otherwise) later, on its queue, and

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from contextlib import ExitStack
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,7 +16,7 @@ from PIL import Image
 
 from pipeline.config import Settings
 from pipeline.documents.ingest import IngestedDocument, Limits, SourcePage, ingest
-from pipeline.documents.layout import LABELS, AutoLayout, PageLayout, Region, layout_backend
+from pipeline.documents.layout import LABELS, AutoLayout, PageLayout, Region, detect_many, layout_backend
 from pipeline.documents.layout_model import (
     PADDLE_CLASSES,
     Detection,
@@ -243,6 +244,41 @@ def test_pp_doclayout_is_deterministic(layout_checkpoint_factory):
     document, pages = pages_of(corpus_bytes("minimal-document.pdf"), dpi=72)
     with document:
         assert backend.detect(*pages[0]) == backend.detect(*pages[0])
+
+
+def assert_same_regions(found: list[list[Region]], expected: list[list[Region]]) -> None:
+    """Page for page the same regions: labels and reading order exactly, boxes and scores up to float rounding
+    (convolution kernels are picked by batch size, which moves a box by about 1e-4 pixel)."""
+    assert [[(r.label, r.order) for r in page] for page in found] == [[(r.label, r.order) for r in page]
+                                                                       for page in expected]
+    for page, expected_page in zip(found, expected, strict=True):
+        for region, expected_region in zip(page, expected_page, strict=True):
+            assert region.bbox == pytest.approx(expected_region.bbox, abs=0.01)
+            assert region.score == pytest.approx(expected_region.score, abs=1e-5)
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_detect_many_finds_on_each_page_what_detect_finds_on_it_alone(layout_checkpoint_factory, version: int):
+    directory = layout_checkpoint_factory(TinyLayoutSpec(version=version))
+    backend = PPDocLayout(directory)
+    with ExitStack() as documents:
+        three = []  # portrait, landscape and a small scan: three sizes, each resized to the model's input
+        for name in ("multicolumn.pdf", "habibi-rotated.pdf", "grayscale-image.pdf"):
+            document, pages = pages_of(corpus_bytes(name), dpi=72)
+            documents.enter_context(document)
+            three.append(pages[0])
+        alone = [backend.detect(page, source) for page, source in three]
+        assert all(alone) and alone[0] != alone[1] != alone[2]
+        assert_same_regions(backend.detect_many(three), alone)
+        assert_same_regions(detect_many(layout_backend("auto", str(directory)), three), alone)
+
+
+def test_detect_many_lays_out_page_by_page_on_a_backend_without_a_model(tmp_path: Path):
+    document, pages = pages_of(corpus_bytes("multicolumn.pdf"))
+    with document:
+        expected = [PdfLayout().detect(page, source) for page, source in pages]
+        assert detect_many(PdfLayout(), pages) == expected
+        assert detect_many(layout_backend("auto", str(tmp_path / "no-model")), pages) == expected
 
 
 def fake_outputs(scores: list[list[float]], boxes: list[list[float]], order: list[int]) -> SimpleNamespace:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import Future
+from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
@@ -135,6 +136,47 @@ def test_a_layout_failure_fails_its_page_only():
             return super().detect(page, source)
 
     result = process_document(corpus_bytes("pdflatex-4-pages.pdf"), "p.pdf", Scripted(), Flaky(), NO_TEXT_LAYER)
+    assert [page.status for page in result.pages] == ["succeeded", "failed", "succeeded", "succeeded"]
+    assert result.pages[1].error.code == "layout_failed" and result.status == "partial"
+
+
+class Batched(Article):
+    """Article that lays pages out in batches too, recording each batch's page indexes; the page `trips` makes its
+    batch raise, and itself when alone."""
+
+    def __init__(self, trips: int | None = None) -> None:
+        self.trips, self.batches = trips, []
+
+    def detect(self, page: RenderedPage, source: SourcePage) -> list[Region]:
+        if page.index == self.trips:
+            raise RuntimeError("model tripped")
+        return super().detect(page, source)
+
+    def detect_many(self, pages: list[tuple[RenderedPage, SourcePage]]) -> list[list[Region]]:
+        self.batches.append([page.index for page, _ in pages])
+        return [self.detect(page, source) for page, source in pages]
+
+
+def test_pages_are_laid_out_in_batches_with_the_regions_of_one_at_a_time():
+    data = corpus_bytes("pdflatex-4-pages.pdf")
+    layout = Batched()
+    batched = process_document(data, "p.pdf", Scripted(), layout, replace(NO_TEXT_LAYER, layout_batch=3))
+    one_by_one = process_document(data, "p.pdf", Scripted(), Article(), NO_TEXT_LAYER)
+    assert layout.batches == [[0, 1, 2]]  # the fourth page, alone in its batch, through `detect`
+    assert [page.regions for page in batched.pages] == [page.regions for page in one_by_one.pages]
+    assert all(page.timings_ms["layout"] >= 0 for page in batched.pages)
+
+
+def test_a_layout_batch_is_never_larger_than_the_pages_in_flight():
+    layout = Batched()
+    process_document(corpus_bytes("pdflatex-4-pages.pdf"), "p.pdf", Scripted(), layout,
+                     replace(NO_TEXT_LAYER, pages_in_flight=2, layout_batch=8))
+    assert layout.batches == [[0, 1], [2, 3]]
+
+
+def test_a_batch_the_layout_trips_on_is_laid_out_again_page_by_page_and_only_the_odd_page_fails():
+    result = process_document(corpus_bytes("pdflatex-4-pages.pdf"), "p.pdf", Scripted(), Batched(trips=1),
+                              replace(NO_TEXT_LAYER, layout_batch=4))
     assert [page.status for page in result.pages] == ["succeeded", "failed", "succeeded", "succeeded"]
     assert result.pages[1].error.code == "layout_failed" and result.status == "partial"
 

@@ -1,0 +1,45 @@
+"""What the settings ask of the engine and of the models beside it, in one place, so that the CLI, the embedded
+service and the workers build the same engine from the same QUIRE_* variables: Engine.from_pretrained's keywords,
+the pages in recognition at once that keep its batch full, and the layout model's device.
+
+`auto` and None stay as they are in the keywords: the engine resolves them itself (pipeline/engine/devices.py);
+the thread count and the layout device resolve them the same way, before the engine exists.
+"""
+
+from __future__ import annotations
+
+from pipeline.config import Settings
+from pipeline.engine.devices import MAX_NUM_SEQS, default_for, resolve_device
+
+MIN_GPU_THREADS = 8  # what measured best on a CPU (benchmarks/pipeline.py: engine busy 73 % with 2 pages, 82 % with 8)
+SEQUENCES_PER_PAGE = 4  # regions a page brings to the engine, counted low: text pages bring more, pictures fewer
+
+
+def engine_kwargs(settings: Settings) -> dict[str, object]:
+    """Engine.from_pretrained's keywords from the settings (a command's --device or --dtype is applied to the
+    settings first, so the layout device follows it too)."""
+    return {"device": settings.device, "dtype": settings.dtype, "max_num_seqs": settings.max_num_seqs,
+            "max_num_batched_tokens": settings.max_num_batched_tokens, "kv_cache_memory": settings.kv_cache_memory,
+            "gpu_memory_fraction": settings.kv_cache_fraction, "cuda_graphs": settings.cuda_graphs}
+
+
+def max_num_seqs(settings: Settings) -> int:
+    """The engine's batch as the engine will resolve it: QUIRE_MAX_NUM_SEQS, else its device's default."""
+    return settings.max_num_seqs or default_for(MAX_NUM_SEQS, resolve_device(settings.device))
+
+
+def gpu_threads(settings: Settings) -> int:
+    """Pages in recognition at once (the embedded GPU pool, a GPU worker's concurrency): QUIRE_GPU_THREADS, else
+    enough pages to fill the engine's batch.
+
+    Each page's regions are sequences in the batch, and a page leaves it only when its last region is done, so fewer
+    pages than max_num_seqs / SEQUENCES_PER_PAGE leave sequences idle: 64 pages for CUDA's 256, and the measured 8 on
+    a CPU.
+    """
+    return settings.gpu_threads or max(MIN_GPU_THREADS, max_num_seqs(settings) // SEQUENCES_PER_PAGE)
+
+
+def layout_device(settings: Settings) -> str:
+    """Where the layout model runs: QUIRE_LAYOUT_DEVICE, else the engine's device, `auto` resolved (the GPU when
+    torch sees one), so a GPU worker that runs the prepare stage lays pages out on its GPU."""
+    return str(resolve_device(settings.layout_device or settings.device))

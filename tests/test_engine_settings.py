@@ -1,0 +1,61 @@
+"""From settings to the engine: its keywords, the pages kept in recognition to fill its batch, the layout device."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from pipeline.config import Settings
+from pipeline.engine.engine import Engine, EngineConfig
+from pipeline.engine_settings import engine_kwargs, gpu_threads, layout_device, max_num_seqs
+
+needs_no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="says what `auto` is on a machine without a GPU")
+
+
+@pytest.fixture(autouse=True)
+def no_quire_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in [key for key in os.environ if key.startswith("QUIRE_")]:
+        monkeypatch.delenv(key)
+
+
+def test_engine_kwargs_carry_every_engine_setting_under_the_engines_names():
+    settings = Settings(device="cuda", dtype="bfloat16", max_num_seqs=128, max_num_batched_tokens=2048,
+                        kv_cache_memory=1 << 30, kv_cache_fraction=0.6, cuda_graphs=False)
+    assert engine_kwargs(settings) == {
+        "device": "cuda", "dtype": "bfloat16", "max_num_seqs": 128, "max_num_batched_tokens": 2048,
+        "kv_cache_memory": 1 << 30, "gpu_memory_fraction": 0.6, "cuda_graphs": False}
+    assert EngineConfig(**engine_kwargs(settings)).gpu_memory_fraction == 0.6
+
+
+@needs_no_gpu
+def test_the_default_settings_build_a_cpu_fp32_engine_here(tiny_checkpoint: Path):
+    engine = Engine.from_pretrained(tiny_checkpoint, **engine_kwargs(Settings(_env_file=None)))
+    try:
+        assert (engine.config.device, engine.config.max_num_seqs) == ("cpu", 32)
+        assert engine.config.max_num_batched_tokens == 4096
+        assert next(engine.model.parameters()).dtype == torch.float32
+    finally:
+        engine.close()
+
+
+def test_gpu_threads_follow_the_engines_batch_unless_set():
+    assert (max_num_seqs(Settings(device="cuda")), gpu_threads(Settings(device="cuda"))) == (256, 64)
+    assert (max_num_seqs(Settings(device="cpu")), gpu_threads(Settings(device="cpu"))) == (32, 8)
+    assert gpu_threads(Settings(max_num_seqs=96)) == 24
+    assert gpu_threads(Settings(max_num_seqs=4)) == 8  # never below what a CPU engine needs
+    assert gpu_threads(Settings(device="cuda", gpu_threads=3)) == 3
+
+
+def test_the_layout_runs_on_the_engines_device_unless_told_otherwise():
+    assert layout_device(Settings(device="cuda:1")) == "cuda:1"
+    assert layout_device(Settings(device="cuda", layout_device="cpu")) == "cpu"
+    assert layout_device(Settings(device="cuda", layout_device="cuda:2")) == "cuda:2"
+
+
+@needs_no_gpu
+def test_auto_is_the_cpu_for_the_engine_threads_and_layout_here():
+    assert (max_num_seqs(Settings()), gpu_threads(Settings()), layout_device(Settings())) == (32, 8, "cpu")
+    assert layout_device(Settings(device="cuda", layout_device="auto")) == "cpu"
