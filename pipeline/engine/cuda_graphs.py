@@ -44,7 +44,8 @@ class DecodeGraphs:
 
     def fits(self, batch: StepBatch) -> bool:
         width = self.static["block_tables"].shape[1]
-        return batch.decode_only and batch.num_seqs <= self.buckets[-1] and batch.block_tables.shape[1] <= width
+        return (batch.decode_only and not batch.image_rows and batch.num_seqs <= self.buckets[-1]
+                and batch.block_tables.shape[1] <= width)
 
     def run(self, batch: StepBatch, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
         """Logits of a decode-only step (one row per sequence, in order), valid until the next run."""
