@@ -90,3 +90,18 @@ class ContiguousKV:
             v = torch.cat((self.values[layer], v))
         self.keys[layer], self.values[layer] = k, v
         return causal_attention(q, k, v, past)
+
+
+def assert_engine_equals_transformers(engine, directory: Path,
+                                      requests: list[tuple[list[dict[str, Any]], int]]) -> None:
+    """The engine's greedy outputs for (messages, max_tokens) pairs, all in flight together, equal transformers'
+    one request at a time (up to a near-tie), and no block is left taken afterwards."""
+    from pipeline.engine.processor import normalize_messages
+    from pipeline.engine.request import Request
+
+    outputs = engine.generate([Request(messages=m, max_tokens=n, ignore_eos=True) for m, n in requests])
+    for (messages, max_tokens), out in zip(requests, outputs, strict=True):
+        ref, margins = hf_greedy(directory, normalize_messages(messages), max_tokens)
+        assert len(out.token_ids) == max_tokens
+        assert_same_greedy(out.token_ids, ref, margins)
+    assert engine.pool.num_free == engine.pool.num_blocks

@@ -7,6 +7,8 @@ from types import ModuleType
 import torch
 import torch.nn.functional as F
 
+from .model.vision_layout import VisionLayout
+
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past: int) -> torch.Tensor:
     """q (T, H, D) attends k/v (past + T, KV, D) causally; GQA by head grouping."""
@@ -116,16 +118,13 @@ class FusedPagedAttention:
 class VarlenAttention:
     """Every frame of a packed vision batch in one Triton call per layer: block-diagonal, non-causal."""
 
-    def __init__(self, lengths: list[int]) -> None:
+    def __init__(self, layout: VisionLayout) -> None:
         from .triton_attention import varlen_attention
 
         self.kernel = varlen_attention
-        self.offsets = torch.tensor([0, *lengths], dtype=torch.int32).cumsum(0, dtype=torch.int32)
-        self.longest = max(lengths)
+        self.offsets, self.longest = layout.frame_offsets, max(layout.lengths)
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        if self.offsets.device != q.device:
-            self.offsets = self.offsets.to(q.device)
         return self.kernel(q, k, v, self.offsets, self.longest, q.shape[-1] ** -0.5)
 
 

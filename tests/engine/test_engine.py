@@ -7,9 +7,8 @@ import asyncio
 import pytest
 
 from pipeline.engine.engine import Engine
-from pipeline.engine.processor import normalize_messages
 from pipeline.engine.request import EngineError, Request
-from tests.reference import assert_same_greedy, hf_greedy, random_image, user_turn
+from tests.reference import assert_engine_equals_transformers, random_image, user_turn
 
 
 def _mixed_requests() -> list[tuple[list[dict], int]]:
@@ -35,15 +34,8 @@ def tight_engine(tiny_checkpoint) -> Engine:
 
 
 def test_mixed_batch_under_preemption_and_chunking_equals_transformers_alone(tight_engine, tiny_checkpoint):
-    requests = _mixed_requests()
-    outputs = tight_engine.generate(
-        [Request(messages=m, max_tokens=n, ignore_eos=True) for m, n in requests])
+    assert_engine_equals_transformers(tight_engine, tiny_checkpoint, _mixed_requests())
     assert tight_engine.scheduler.preemptions > 0
-    for (messages, max_tokens), out in zip(requests, outputs, strict=True):
-        ref, margins = hf_greedy(tiny_checkpoint, normalize_messages(messages), max_tokens)
-        assert len(out.token_ids) == max_tokens
-        assert_same_greedy(out.token_ids, ref, margins)
-    assert tight_engine.pool.num_free == tight_engine.pool.num_blocks
 
 
 def test_a_request_that_can_never_fit_is_refused_clearly(tiny_checkpoint):

@@ -7,9 +7,7 @@ import pytest
 
 from pipeline.engine.cuda_graphs import DecodeGraphs, buckets
 from pipeline.engine.engine import Engine
-from pipeline.engine.processor import normalize_messages
-from pipeline.engine.request import Request
-from tests.reference import assert_same_greedy, hf_greedy, random_image, user_turn
+from tests.reference import assert_engine_equals_transformers, random_image, user_turn
 
 pytest.importorskip("triton")
 
@@ -21,20 +19,11 @@ def _requests() -> list[tuple[list[dict], int]]:
             (user_turn("Table Recognition:", [random_image(50, 50, seed=2), random_image(70, 30, seed=3)]), 6)]
 
 
-def _assert_transformers_greedy(engine: Engine, checkpoint, requests) -> None:
-    outputs = engine.generate([Request(messages=m, max_tokens=n, ignore_eos=True) for m, n in requests])
-    for (messages, max_tokens), out in zip(requests, outputs, strict=True):
-        ref, margins = hf_greedy(checkpoint, normalize_messages(messages), max_tokens)
-        assert len(out.token_ids) == max_tokens
-        assert_same_greedy(out.token_ids, ref, margins)
-    assert engine.pool.num_free == engine.pool.num_blocks
-
-
 def test_the_triton_backend_equals_transformers_under_preemption_and_chunking(tiny_checkpoint):
     engine = Engine.from_pretrained(tiny_checkpoint, attention="triton", block_size=4, num_blocks=150,
                                     max_num_batched_tokens=96, max_num_seqs=3)
     assert engine.runner.backend == "triton"
-    _assert_transformers_greedy(engine, tiny_checkpoint, _requests())
+    assert_engine_equals_transformers(engine, tiny_checkpoint, _requests())
     assert engine.scheduler.preemptions > 0
 
 
@@ -43,7 +32,7 @@ def test_decode_steps_through_the_graphs_padded_static_buffers_equal_transformer
     engine = Engine.from_pretrained(tiny_checkpoint, attention="triton", max_num_seqs=4)
     engine.runner.graphs = DecodeGraphs(engine.model, engine.cache, 4, capture=False)
     requests = [([{"role": "user", "content": f"Question {i}: what is on page {i}?"}], 6 + i) for i in range(3)]
-    _assert_transformers_greedy(engine, tiny_checkpoint, requests)
+    assert_engine_equals_transformers(engine, tiny_checkpoint, requests)
     assert engine.runner.graphs.steps >= 6
 
 

@@ -30,8 +30,8 @@ class VisionAttend(Protocol):
 class SplitAttention:
     """SDPA frame by frame: on a CPU its flash kernel beats a block-diagonal mask over the whole batch."""
 
-    def __init__(self, lengths: list[int]) -> None:
-        self.lengths = lengths
+    def __init__(self, layout: VisionLayout) -> None:
+        self.lengths = layout.lengths
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         parts = zip(q.split(self.lengths), k.split(self.lengths), v.split(self.lengths), strict=True)
@@ -257,17 +257,18 @@ class PaddleOCRVL(nn.Module):
         return self.lm_head.weight.device
 
     def encode_images(self, pixel_values: torch.Tensor, grids: Sequence[Grid],
-                      attend: Callable[[list[int]], VisionAttend] = SplitAttention) -> torch.Tensor:
+                      attend: Callable[[VisionLayout], VisionAttend] = SplitAttention) -> torch.Tensor:
         """Vision tower + projector for several images at once → (Σ merged tokens, text hidden).
 
-        `attend` makes the tower's attention from the frames' lengths: SDPA per frame by default, one varlen kernel
-        call over all frames on CUDA. Pixels travel as the tower's dtype, pinned, without blocking the host.
+        `attend` makes the tower's attention from the batch's layout (its frames' lengths and offsets): SDPA per
+        frame by default, one varlen kernel call over all frames on CUDA. Pixels travel as the tower's dtype, pinned,
+        without blocking the host.
         """
         layout = VisionLayout(grids, self.config.vision.spatial_merge_size, self.device)
         pixels = pixel_values.to(self.visual.vision_model.embeddings.patch_embedding.weight.dtype)
         if self.device.type != "cpu":
             pixels = pixels.pin_memory().to(self.device, non_blocking=True)
-        features = self.visual.vision_model(pixels, layout, attend(layout.lengths))
+        features = self.visual.vision_model(pixels, layout, attend(layout))
         return self.mlp_AR(features, layout).to(self.dtype)
 
     def embed(self, input_ids: torch.Tensor, image_embeds: torch.Tensor | None = None) -> torch.Tensor:

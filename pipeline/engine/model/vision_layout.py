@@ -16,7 +16,7 @@ from .rope import Grid
 
 
 class VisionLayout:
-    """Per patch: row, column and its image's height and width; the merge order; each frame's length."""
+    """Per patch: row, column and its image's height and width; the merge order; each frame's length and offset."""
 
     def __init__(self, grids: Sequence[Grid], merge: int, device: torch.device) -> None:
         coords, order, offset = [], [], 0
@@ -24,11 +24,15 @@ class VisionLayout:
             coords.append(_coordinates(t, h, w))
             order.append(_merge_order(t, h, w, merge) + offset)
             offset += t * h * w
-        packed = torch.from_numpy(np.concatenate([np.concatenate(coords, axis=1).ravel(), np.concatenate(order)]))
+        self.lengths = [h * w for t, h, w in grids for _ in range(t)]
+        frame_offsets = np.cumsum([0, *self.lengths])
+        packed = torch.from_numpy(np.concatenate([np.concatenate(coords, axis=1).ravel(), np.concatenate(order),
+                                                  frame_offsets]))
         if device.type != "cpu":
             packed = packed.pin_memory().to(device, non_blocking=True)
-        self.rows, self.cols, self.heights, self.widths, self.merge_order = packed.split([offset] * 4 + [offset])
-        self.lengths = [h * w for t, h, w in grids for _ in range(t)]
+        self.rows, self.cols, self.heights, self.widths, self.merge_order, offsets = packed.split(
+            [offset] * 5 + [len(frame_offsets)])
+        self.frame_offsets = offsets.to(torch.int32)
         self.grids = list(grids)
 
 
