@@ -1,11 +1,12 @@
 """From laid-out regions to recognition work: which task each region gets, its crop, and the text-layer shortcut.
 
-A region's label decides its task; picture kinds get none and are kept as pictures. Crops take a small margin
-so glyphs touching the detected box are not clipped. On born-digital PDF pages a text region can skip the model
-altogether when the PDF's own text layer explains everything visible in it: that is exact (no OCR errors) and
-free. It is only trusted when it is clearly complete: no image under the region (a scan with an OCR layer goes
-to the model), no unmapped glyphs, and nearly all dark pixels of the region inside the text layer's word boxes
-(text drawn as curves, figures and white-on-dark text all fail that test and go to the model).
+A region's label decides its task; picture kinds get none and are kept as pictures, with the words a PDF prints on
+them (a chart's axis labels, a diagram's captions) so no text of the page is lost with the picture. Crops take a
+small margin so glyphs touching the detected box are not clipped. On born-digital PDF pages a text region can skip
+the model altogether when the PDF's own text layer explains everything visible in it: that is exact (no OCR
+errors) and free. It is only trusted when it is clearly complete: no image under the region (a scan with an OCR
+layer goes to the model), no unmapped glyphs, and nearly all dark pixels of the region inside the text layer's
+word boxes (text drawn as curves, figures and white-on-dark text all fail that test and go to the model).
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class RegionOptions:
 
 @dataclass(frozen=True)
 class PreparedRegion:
-    """A region and what to do with it: `task` None is a picture; `text` set means the text layer answered."""
+    """A region and what to do with it: `task` None is a picture (`text`: the words printed on it, if any); `text`
+    set on any other region means the text layer answered."""
 
     region: Region
     task: str | None
@@ -97,6 +99,8 @@ def prepare_regions(page: RenderedPage, regions: list[Region], options: RegionOp
         text = None
         if reader is not None and task == "ocr" and box is not None:
             text = reader.text(region.bbox, options.text_layer_min_coverage)
+        elif reader is not None and task is None:
+            text = reader.printed_on(region.bbox)
         prepared.append(PreparedRegion(region, task, box, text))
     return prepared
 
@@ -108,23 +112,36 @@ class _TextLayer:
         self.page = page
         self.grey = np.asarray(page.image.convert("L"))
         self.images = [pymupdf.Rect(info["bbox"]) for info in pdf_page.get_image_info()]
-        self.words = pdf_page.get_text("words", sort=True)
+        if pdf_page.rotation:
+            self.words = reading_order(pdf_page.get_text("words"), pdf_page.rotation_matrix)
+        else:
+            self.words = pdf_page.get_text("words", sort=True)
 
     def text(self, bbox: BBox, min_coverage: float) -> str | None:
         """The region's text from the text layer, or None when the layer does not clearly cover the region."""
         clip = pymupdf.Rect(self.page.to_points(bbox))
         if clip.is_empty or any(_overlap(image, clip) > _MAX_IMAGE_OVERLAP for image in self.images):
             return None
-        # A word belongs to the region holding its centre, so a line cut by two neighbouring boxes is read once
-        # and no word is split (MuPDF's own clip works per character).
-        words = [word for word in self.words
-                 if clip.contains(pymupdf.Point((word[0] + word[2]) / 2, (word[1] + word[3]) / 2))]
-        if not words:
-            return None
-        text = join_words(words)
+        words = self._words(clip)
+        text = join_words(words) if words else ""
         if not text or not _readable(text):
             return None
         return text if self._ink_coverage(bbox, words) >= min_coverage else None
+
+    def printed_on(self, bbox: BBox) -> str | None:
+        """The text-layer words on a picture, or None when it has none (a photo, or an unreadable font).
+
+        No ink test here: a picture's ink is its drawing, which no word box covers."""
+        clip = pymupdf.Rect(self.page.to_points(bbox))
+        words = self._words(clip) if not clip.is_empty else []
+        text = join_words(words) if words else ""
+        return text if text and _readable(text) else None
+
+    def _words(self, clip: pymupdf.Rect) -> list[tuple]:
+        """The words whose centre lies in `clip`: a line cut by two neighbouring boxes is read once and no word is
+        split (MuPDF's own clip works per character)."""
+        return [word for word in self.words
+                if clip.contains(pymupdf.Point((word[0] + word[2]) / 2, (word[1] + word[3]) / 2))]
 
     def _ink_coverage(self, bbox: BBox, words: list[tuple]) -> float:
         """Share of the region's dark pixels inside the (padded) word boxes; 0 for a region with no ink."""
@@ -164,6 +181,37 @@ def join_words(words: list[tuple]) -> str:
         else:
             text = f"{text}\n{line}" if text else line
     return text
+
+
+def reading_order(words: list[tuple], to_display: pymupdf.Matrix, tolerance: float = 3.0) -> list[tuple]:
+    """PyMuPDF words of a page shown rotated, in reading order: each text line's words as the line runs, and the
+    lines top to bottom, left to right as displayed (lines whose tops or bottoms are within `tolerance` points
+    share a row).
+
+    PyMuPDF's own `sort=True` orders words by position in the unrotated page's space, which reads the upright
+    lines of a landscape page shown with /Rotate 90 backwards; a line's words are in order whatever its angle.
+    """
+    lines: dict[tuple[int, int], list[tuple]] = {}
+    for word in words:
+        lines.setdefault((word[5], word[6]), []).append(word)
+    shown = sorted(((pymupdf.Rect(_union_of(line)) * to_display, sorted(line, key=lambda word: word[7]))
+                    for line in lines.values()), key=lambda item: (item[0].y1, item[0].x0))
+    ordered: list[tuple] = []
+    row: list[tuple[pymupdf.Rect, list[tuple]]] = []
+    top = bottom = 0.0
+    for box, line in shown:
+        if row and (abs(box.y0 - top) <= tolerance or abs(box.y1 - bottom) <= tolerance):
+            row.append((box, line))
+            top, bottom = min(top, box.y0), max(bottom, box.y1)
+            continue
+        ordered.extend(word for _, each in sorted(row, key=lambda item: item[0].x0) for word in each)
+        row, top, bottom = [(box, line)], box.y0, box.y1
+    ordered.extend(word for _, each in sorted(row, key=lambda item: item[0].x0) for word in each)
+    return ordered
+
+
+def _union_of(words: list[tuple]) -> tuple[float, float, float, float]:
+    return (min(w[0] for w in words), min(w[1] for w in words), max(w[2] for w in words), max(w[3] for w in words))
 
 
 def _readable(text: str) -> bool:

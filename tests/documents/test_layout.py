@@ -28,8 +28,12 @@ from pipeline.documents.layout_model import (
 from pipeline.documents.layout_order import xy_cut_order
 from pipeline.documents.layout_pdf import PdfLayout
 from pipeline.documents.layout_weights import LayoutModelUnavailable, local_layout_weights
+from pipeline.documents.process import ProcessOptions, process_document
+from pipeline.documents.regions import RegionOptions
 from pipeline.documents.render import RenderedPage, render_page
 from pipeline.documents.tiny_layout import HUB_CLASS_NAMES, TinyLayoutSpec
+from tests.documents.answers import Answers
+from tests.documents.born_digital import synthetic_page, vector_plot
 from tests.documents.samples import CORPUS_PDFS, ENCRYPTED_PASSWORD, corpus_bytes, image_bytes
 
 DPI = 100  # enough for every heuristic, and quick to render
@@ -150,32 +154,6 @@ def test_raster_page_with_pdf_backend_is_the_whole_page():
         assert PdfLayout().detect(page, source) == [Region((0.0, 0.0, 300.0, 200.0), "text", 1.0, 0)]
 
 
-def synthetic_page() -> bytes:
-    """A4 page: running header, title, heading, paragraph, a vector bar chart with a caption, a ruled 3×3 table,
-    page number and footer."""
-    pdf = pymupdf.open()
-    page = pdf.new_page(width=595, height=842)
-    page.insert_text((72, 40), "Quire Journal, volume 1", fontsize=9)
-    page.insert_text((72, 120), "A Synthetic Page", fontsize=24)
-    page.insert_text((72, 170), "1 Introduction", fontsize=14, fontname="hebo")
-    page.insert_textbox(pymupdf.Rect(72, 185, 523, 300), "Body text of the page, set in ten point type. " * 12,
-                        fontsize=10)
-    page.draw_rect(pymupdf.Rect(72, 320, 300, 520), color=(0, 0, 0))
-    for i, height in enumerate((60, 120, 90, 150)):
-        page.draw_rect(pymupdf.Rect(100 + 45 * i, 510 - height, 130 + 45 * i, 510), color=None, fill=(0.2, 0.3, 0.8))
-    page.insert_text((76, 330), "10", fontsize=6)
-    page.insert_text((72, 540), "Figure 1: Four bars.", fontsize=10)
-    for i in range(4):
-        page.draw_line((330, 320 + 30 * i), (523, 320 + 30 * i))
-        page.draw_line((330 + 64.33 * i, 320), (330 + 64.33 * i, 410))
-    for row in range(3):
-        for col in range(3):
-            page.insert_text((336 + 64.33 * col, 340 + 30 * row), f"cell {row}{col}", fontsize=10)
-    page.insert_text((290, 800), "7", fontsize=10)
-    page.insert_text((72, 825), "Confidential draft", fontsize=8)
-    return pdf.tobytes()
-
-
 def test_synthetic_page_labels_and_order():
     document, pages = pages_of(synthetic_page())
     with document:
@@ -183,12 +161,59 @@ def test_synthetic_page_labels_and_order():
         regions = PdfLayout().detect(page, source)
         found = {region.label: words_in(page, source, region) for region in regions}
     labels = [region.label for region in regions]
-    assert labels == ["header", "doc_title", "paragraph_title", "text", "image", "table", "figure_title", "number",
+    assert labels == ["header", "doc_title", "paragraph_title", "text", "image", "figure_title", "table", "number",
                       "footer"]
     assert found["header"] == "Quire Journal, volume 1"
     assert found["figure_title"] == "Figure 1: Four bars."
     assert "cell 11" in found["table"]
     assert (found["number"], found["footer"]) == ("7", "Confidential draft")
+
+
+def test_on_a_single_page_only_the_page_number_is_furniture():
+    document, pages = pages_of(synthetic_page(pages=1))
+    with document:
+        page, source = pages[0]
+        regions = {words_in(page, source, region): region.label for region in PdfLayout().detect(page, source)}
+    assert regions["7"] == "number"
+    assert regions["Quire Journal, volume 1"] == "text"  # nothing shows it runs across pages: it is kept
+    assert regions["Confidential draft"] == "footnote"
+
+
+def test_a_vector_plot_with_axes_is_a_chart_with_its_labels_not_a_table():
+    document, pages = pages_of(vector_plot())
+    with document:
+        page, source = pages[0]
+        regions = PdfLayout().detect(page, source)
+        chart = words_in(page, source, regions[1])
+    assert [region.label for region in regions] == ["text", "chart", "figure_title", "text"]
+    for label in ("0.0", "1.0", "10", "Messung A", "Zeit t [s]", "Spannung [V]"):  # ticks, legend, axis titles
+        assert label in chart
+
+
+def test_a_ruled_grid_without_words_in_its_cells_is_no_table():
+    pdf = pymupdf.open()
+    page = pdf.new_page(width=595, height=842)
+    page.insert_textbox(pymupdf.Rect(72, 72, 523, 160), "Text above the diagram. " * 20, fontsize=10)
+    for i in range(6):
+        page.draw_line((100 + 60 * i, 200), (100 + 60 * i, 500))
+        page.draw_line((100, 200 + 60 * i), (400, 200 + 60 * i))
+    page.insert_text((210, 240), "only one cell has a word", fontsize=8)
+    document, pages = pages_of(pdf.tobytes())
+    with document:
+        labels = [region.label for region in PdfLayout().detect(*pages[0])]
+    assert labels == ["text", "image"]
+
+
+def test_a_chart_is_a_picture_with_its_words_unless_charts_are_recognised():
+    silent = Answers()
+    result = process_document(vector_plot(), "plot.pdf", silent, PdfLayout(), ProcessOptions(Limits(dpi=DPI)))
+    chart = result.pages[0].regions[1]
+    assert (chart.label, chart.task, chart.source) == ("chart", None, "text-layer")
+    assert "Messung A" in chart.text and silent.tasks == []
+    charts_on = ProcessOptions(Limits(dpi=DPI), RegionOptions(recognize_charts=True))
+    recognizer = Answers({"chart": "Zeit | Messung A"})
+    chart = process_document(vector_plot(), "plot.pdf", recognizer, PdfLayout(), charts_on).pages[0].regions[1]
+    assert (chart.task, chart.source, chart.text) == ("chart", "model", "Zeit | Messung A")
 
 
 def test_xy_cut_reads_columns_even_when_their_gaps_line_up():
@@ -353,7 +378,7 @@ def test_pp_doclayout_without_weights_says_how_to_get_them(tmp_path: Path, monke
         layout_backend("pp-doclayout", str(tmp_path / "missing"))
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    with pytest.raises(LayoutModelUnavailable, match="hf download PaddlePaddle/PP-DocLayoutV2_safetensors"):
+    with pytest.raises(LayoutModelUnavailable, match="quire models pull --layout-model PaddlePaddle/PP-DocLayoutV2_"):
         layout_backend("pp-doclayout", "PaddlePaddle/PP-DocLayoutV2_safetensors")
 
 

@@ -144,3 +144,34 @@ def test_words_join_into_lines_and_a_hyphen_at_a_line_end_joins_the_word():
     words = [(0, 0, 1, 1, "A", 0, 0, 0), (0, 0, 1, 1, "hyphen-", 0, 0, 1), (0, 0, 1, 1, "ated", 0, 1, 0),
              (0, 0, 1, 1, "word.", 0, 1, 1), (0, 0, 1, 1, "Next", 1, 0, 0), (0, 0, 1, 1, "Block", 1, 0, 1)]
     assert join_words(words) == "A hyphenated word.\nNext Block"
+
+
+def test_a_picture_keeps_the_words_printed_on_it_without_going_to_the_model():
+    def chart(page):
+        page.draw_rect(pymupdf.Rect(20, 20, 200, 150), color=(0, 0, 0), fill=(0.2, 0.3, 0.8))
+        page.insert_text((30, 170), "0 10 20 Zeit [s]", fontsize=8)
+
+    page, pdf_page = _pdf_page(chart)
+    regions = [Region((10, 10, 210, 180), "image", 0.9, 0), Region((10, 10, 210, 180), "chart", 0.9, 1)]
+    image, chart_region = prepare_regions(page, regions, DEFAULTS, pdf_page)
+    assert (image.task, image.text, image.needs_model) == (None, "0 10 20 Zeit [s]", False)
+    assert chart_region.text == "0 10 20 Zeit [s]"  # a chart is a picture too while charts are not recognised
+
+
+def test_a_photo_without_words_has_no_text():
+    page, pdf_page = _pdf_page(lambda page: page.draw_rect(pymupdf.Rect(20, 20, 200, 150), fill=(0, 0, 0)))
+    [item] = prepare_regions(page, [Region((10, 10, 210, 180), "image", 0.9, 0)], DEFAULTS, pdf_page)
+    assert item.text is None
+
+
+def test_upright_lines_of_a_page_shown_rotated_read_forwards():
+    pdf = pymupdf.open()
+    page = pdf.new_page(width=200, height=300)
+    page.set_rotation(90)
+    for y, words in ((40, "first line reads forwards"), (60, "and so does the second")):
+        page.insert_text(pymupdf.Point(20, y) * page.derotation_matrix, words, fontsize=10, rotate=90)
+    document = ingest(pdf.tobytes(), Limits(dpi=72))
+    source = next(document.pages())
+    rendered = render_page(source)
+    [item] = prepare_regions(rendered, [Region((0, 0, 300, 200), "text", 0.9, 0)], DEFAULTS, source.load())
+    assert item.text == "first line reads forwards\nand so does the second"
