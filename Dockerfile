@@ -22,6 +22,10 @@ RUN useradd --create-home --uid 1000 quire \
     && chown -R quire /data /models
 USER quire
 ENV PYTHONUNBUFFERED=1 QUIRE_BLOB_DIR=/data/blobs QUIRE_CACHE_DIR=/data/cache HF_HOME=/models/huggingface
+# `docker build --build-arg QUIRE_PULL_MODELS=1 .` bakes the recognition and layout weights (~2 GB) into the image's
+# Hugging Face cache, checked as `quire models pull` checks them; by default workers fetch them on first start.
+ARG QUIRE_PULL_MODELS=0
+RUN if [ "$QUIRE_PULL_MODELS" = 1 ]; then quire models pull; fi
 EXPOSE 8080
 ENTRYPOINT ["quire"]
 CMD ["serve", "--host", "0.0.0.0"]

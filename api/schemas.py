@@ -94,6 +94,7 @@ class PageResult(BaseModel):
     dpi: float | None
     rotation: int
     layout: str | None
+    layout_reason: str | None = Field(description="why that layout, when not simply the one asked for")
     markdown: str
     timings_ms: dict[str, float]
     regions: list[dict[str, Any]] = Field(description="region objects as in result.schema.json")

@@ -4,39 +4,71 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .account_commands import add_account_parsers, keys, tenants
 from .config import get_settings
 from .logs import configure_logging
+from .model_commands import add_model_parsers, models
 
 if TYPE_CHECKING:
     from workers.embedded import EmbeddedWorkers
     from workers.engine_host import EngineHost
 
     from .config import Settings
-    from .documents.layout import LayoutBackend
+    from .documents.lazy_recognizer import ModelUnavailable
+    from .documents.page_ranges import PageRanges
     from .documents.process import FinishedPage, PageCallback
+    from .documents_api import DocumentProcessor
     from .engine.engine import Engine
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     commands = {"demo": _demo, "recognize": _recognize, "engine": _serve_engine, "process": _process,
-                "migrate": _migrate, "serve": _serve, "worker": _worker, "keys": keys, "tenants": tenants}
-    return commands[args.command](args)
+                "migrate": _migrate, "serve": _serve, "worker": _worker, "keys": keys, "tenants": tenants,
+                "models": models}
+    return _run(commands[args.command], args)
+
+
+def _run(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """The one place a model or a database that cannot be loaded becomes one message and exit status 2."""
+    from .db.errors import DatabaseUnavailable
+    from .engine.errors import CheckpointError
+
+    try:
+        return command(args)
+    except (CheckpointError, DatabaseUnavailable) as exc:
+        hint = _DEMO_COMMANDS.get(args.command) if exc.code == "model_unavailable" else None
+        message = str(exc) + (_demo_hint(hint) if hint else "")
+        if args.command in ("serve", "worker"):  # their logs are configured: one line with the stable code
+            logging.getLogger("quire").error(message, extra={"code": exc.code})
+        else:
+            print(f"error: {message}", file=sys.stderr)
+        return 2
+
+
+# what to run on the demo's tiny checkpoint instead, per command, when the model is not available
+_DEMO_COMMANDS = {"serve": "QUIRE_MODEL={tiny} quire serve", "recognize": "quire recognize IMAGE --model {tiny}",
+                  "engine": "quire engine serve --model {tiny}"}
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Every `quire` command with its options; tests/test_deploy.py checks docker-compose.yml's commands by it."""
     parser = argparse.ArgumentParser(prog="quire", description="Document OCR on PaddleOCR-VL")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="recognise a sample image with a tiny random checkpoint")
+    demo = commands.add_parser("demo", help="a sample PDF to Markdown, JSON and overlays (the real model if it is "
+                                            "here, else a tiny random checkpoint)")
     demo.add_argument("--checkpoint", type=Path, help="where to write the tiny checkpoint (default: cache dir)")
-    demo.add_argument("--max-tokens", type=int, default=32)
+    demo.add_argument("--max-tokens", type=int, default=None,
+                      help="per region (default: 32 on the tiny checkpoint, the per-task limits on the real model)")
     recognize = commands.add_parser("recognize", help="recognise image files with a model")
     recognize.add_argument("images", nargs="+", type=Path)
     recognize.add_argument("--model", default=None, help="local directory or hub id")
@@ -60,16 +92,28 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("migrate", help="create or upgrade the database (QUIRE_DATABASE_URL) to the newest schema")
     _add_service_parsers(commands)
     add_account_parsers(commands)
+    add_model_parsers(commands)
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("quire")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
 
 
 def _add_process_parser(commands: argparse._SubParsersAction) -> None:
     settings = get_settings()
     process = commands.add_parser(
         "process", help="documents to Markdown and JSON, with page images and region overlays",
-        description="Writes NAME.md, NAME.json and NAME.pages/ per input into the output directory. A directory "
-                    "input stands for every PDF/TIFF/PNG/JPEG/WebP file in it; inputs whose NAME.json exists are "
-                    "skipped unless --force.")
+        description="Writes NAME.md, NAME.json and NAME.pages/ per input into the output directory. A file named "
+                    "here is always processed; a directory stands for every PDF/TIFF/PNG/JPEG/WebP file in it (and "
+                    "below it with -r), skipping those whose NAME.json exists unless --force. Exit status: 0 done, "
+                    "1 some input failed, 2 layout weights missing or a broken model, 3 regions that need the model "
+                    "were skipped (none asked for or here).")
     process.add_argument("inputs", nargs="+", type=Path, metavar="FILE", help="document files or directories")
     process.add_argument("-o", "--output", type=Path, default=Path("."), help="output directory (default: .)")
     process.add_argument("--layout", default=settings.layout, choices=["auto", "pp-doclayout", "pdf", "page"],
@@ -77,7 +121,11 @@ def _add_process_parser(commands: argparse._SubParsersAction) -> None:
     process.add_argument("--layout-model", default=None,
                          help="PP-DocLayoutV2/V3 directory or hub id (default: QUIRE_LAYOUT_MODEL)")
     process.add_argument("--dpi", type=int, default=settings.dpi, help="page rendering resolution (default: 200)")
-    process.add_argument("--model", default=None, help="local directory or hub id (default: QUIRE_MODEL)")
+    process.add_argument("--model", default=None,
+                         help="local directory or hub id (default: QUIRE_MODEL), loaded when a region needs it; "
+                              "`none`: no model, regions that need one are skipped")
+    process.add_argument("-r", "--recursive", action="store_true", help="directories: their subdirectories too")
+    process.add_argument("--pages", type=_page_ranges, default=None, help="only these pages, e.g. 1-5,9 or 7-")
     process.add_argument("--device", default=None,
                          help="auto, cpu, cuda or cuda:N, for the engine and, unless QUIRE_LAYOUT_DEVICE says "
                               "otherwise, the layout model (default: QUIRE_DEVICE, auto: CUDA when torch sees a GPU)")
@@ -92,75 +140,100 @@ def _add_process_parser(commands: argparse._SubParsersAction) -> None:
     process.add_argument("--force", action="store_true", help="redo inputs whose output already exists")
 
 
-def _process(args: argparse.Namespace) -> int:
-    """`quire process`: 0 when every input has a result, 1 when any input failed, 2 when nothing could start."""
-    from .documents.layout import layout_backend
-    from .documents.layout_weights import LayoutModelUnavailable
-    from .engine_settings import layout_device
+def _page_ranges(text: str) -> PageRanges:
+    from .documents.page_ranges import parse_page_ranges
 
-    settings = _settings(device=args.device)
-    todo, names, missing = _inputs_to_process(args.inputs, args.output, args.force)
+    try:
+        return parse_page_ranges(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _process(args: argparse.Namespace) -> int:
+    """`quire process`: 0 when every input has a result, 1 when any input failed, 2 when the layout model is missing
+    or the recognition model is there but broken, 3 when every input has a result but regions that need the model
+    were skipped for want of one (`--model none`, or it is not on this machine)."""
+    from .documents.layout_weights import LayoutModelUnavailable
+    from .documents_api import DocumentProcessor
+
+    settings = _settings(device=args.device, model=args.model, layout=args.layout, layout_model=args.layout_model,
+                         dpi=args.dpi, text_layer=args.text_layer, recognize_charts=args.charts,
+                         recognize_seals=args.seals)
+    todo, names, missing = _inputs_to_process(args.inputs, args.output, args.force, args.recursive)
     if not todo:
         return 1 if missing else 0
-    try:  # before the engine, which sizes its KV cache from the GPU memory the layout model leaves free
-        layout = layout_backend(args.layout, args.layout_model, layout_device(settings))
+    try:  # the layout model loads first: the engine sizes its KV cache from the GPU memory it leaves free
+        processor = DocumentProcessor(settings, password=args.password, pages=args.pages, max_tokens=args.max_tokens)
     except LayoutModelUnavailable as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    model = str(args.model or settings.model)
-    engine = _load_engine(model, settings)
-    if engine is None:
-        return 2
-    try:
-        failed = _process_all(todo, names, engine, layout, args, model)
-    finally:
-        engine.close()
-    return 1 if failed or missing else 0
+    with processor:
+        failed, skipped = _process_all(todo, names, processor, args.output)
+    broken = processor.unavailable is not None and processor.unavailable.code not in ("model_none", "model_unavailable")
+    return 2 if broken else 1 if failed or missing else 3 if skipped else 0
 
 
-def _inputs_to_process(inputs: list[Path], output: Path, force: bool) -> tuple[list[Path], dict[Path, str], int]:
-    """(files to process, their output NAMEs, how many inputs do not exist); finished ones are skipped, said so."""
+def _inputs_to_process(inputs: list[Path], output: Path, force: bool,
+                       recursive: bool) -> tuple[list[Path], dict[Path, str], int]:
+    """(files to process, their output NAMEs, how many inputs do not exist). Files named are always processed;
+    files a directory scan finds are skipped, said so, when their NAME.json exists (unless `force`)."""
     from .documents.outputs import output_names
     from .documents.process import expand_inputs
 
     missing = [path for path in inputs if not path.exists()]
     for path in missing:
         print(f"error: {path}: no such file or directory", file=sys.stderr)
-    files = expand_inputs([path for path in inputs if path.exists()])
-    names = output_names(files)
+    files: list[Path] = []
+    found_in: dict[Path, Path] = {}
+    for path in (path for path in inputs if path.exists()):
+        found = expand_inputs([path], recursive) if path.is_dir() else [path]
+        files.extend(found)
+        found_in.update({file: path for file in found if path.is_dir()})
+    names = output_names(files, found_in)
     todo = []
     for path in files:
-        if not force and (output / f"{names[path]}.json").exists():
+        if path in found_in and not force and (output / f"{names[path]}.json").exists():
             print(f"skip {path}: {names[path]}.json exists (--force redoes it)", file=sys.stderr)
         else:
             todo.append(path)
     return todo, names, len(missing)
 
 
-def _process_all(todo: list[Path], names: dict[Path, str], engine: Engine, layout: LayoutBackend,
-                 args: argparse.Namespace, model: str) -> int:
-    """Process and write each file in turn through the one engine; the number of documents that failed."""
-    from .documents.ingest import Limits
+def _process_all(todo: list[Path], names: dict[Path, str], processor: DocumentProcessor,
+                 output: Path) -> tuple[int, int]:
+    """Process and write each file in turn through the one processor: (documents that failed, documents with
+    regions skipped for want of a model)."""
     from .documents.outputs import DocumentWriter
-    from .documents.process import ProcessOptions, process_file
-    from .documents.recognize import EngineRecognizer
-    from .documents.regions import RegionOptions
+    from .documents.summary import summary_line
 
-    settings = get_settings()
-    regions = RegionOptions(settings.crop_margin_pt, args.text_layer, recognize_charts=args.charts,
-                            recognize_seals=args.seals)
-    options = ProcessOptions(Limits(dpi=args.dpi), regions, args.password, settings.pages_in_flight)
-    recognizer = EngineRecognizer(engine, args.max_tokens or settings.max_tokens)
-    failed = 0
+    failed = skipped = 0
+    said_unavailable = False
     for number, path in enumerate(todo, 1):
-        writer = DocumentWriter(args.output, names[path], settings.crop_margin_pt)
+        writer = DocumentWriter(output, names[path], processor.settings.crop_margin_pt)
         writer.start()
         progress = _Progress(f"[{number}/{len(todo)}] {path.name}")
-        document = process_file(path, recognizer, layout, options, progress.wrap(writer.page), model=model)
+        document = processor.process(path, on_page=progress.wrap(writer.page))
         writer.finish(document)
-        progress.done(document.status, document.error.code if document.error else None)
+        if processor.unavailable is not None and not said_unavailable:
+            _say_skipping(processor.unavailable)
+            said_unavailable = True
+        progress.done(summary_line(document, [writer.markdown_path, writer.json_path, writer.pages_dir]))
         failed += document.status == "failed"
-    return failed
+        skipped += any(region.skipped for page in document.pages for region in page.regions)
+    return failed, skipped
+
+
+def _say_skipping(unavailable: ModelUnavailable) -> None:
+    """Once per run: why regions that need the model are skipped, and (unless none was asked for) how to get it."""
+    if unavailable.code == "model_none":
+        print("--model none: regions that need the model are skipped", file=sys.stderr)
+        return
+    if unavailable.code == "model_unavailable":
+        _say_model_missing(unavailable, "quire process FILE --model {tiny}")
+    else:
+        print(f"error: {unavailable}", file=sys.stderr)
+    print("Meanwhile regions that need the model are skipped; the text layer's are done (`--model none` skips "
+          "them without trying).", file=sys.stderr)
 
 
 def _settings(**flags: object) -> Settings:
@@ -168,24 +241,15 @@ def _settings(**flags: object) -> Settings:
     return get_settings().model_copy(update={key: value for key, value in flags.items() if value is not None})
 
 
-def _load_engine(model: str, settings: Settings) -> Engine | None:
-    """The engine, or None after saying on stderr how to get weights (or the tiny demo checkpoint)."""
-    from .engine.engine import Engine
-    from .engine.model.loader import CheckpointError
-    from .engine_settings import engine_kwargs
-
-    try:
-        return Engine.from_pretrained(model, **engine_kwargs(settings))
-    except CheckpointError as exc:
-        _say_model_missing(exc, "quire process FILE --model {tiny}")
-        return None
-
-
 def _say_model_missing(exc: Exception, command: str) -> None:
     """The loader's message, and how to try `command` on the demo's tiny checkpoint instead of real weights."""
+    print(f"error: {exc}{_demo_hint(command)}", file=sys.stderr)
+
+
+def _demo_hint(command: str) -> str:
     tiny = get_settings().cache_dir / "tiny-checkpoint"
-    print(f"error: {exc}\nTo try Quire without the real weights: `quire demo` writes a tiny random checkpoint to "
-          f"{tiny}; then `{command.format(tiny=tiny)}` (its text is not meaningful).", file=sys.stderr)
+    return (f"\nTo try Quire without the real weights: `quire demo` writes a tiny random checkpoint to {tiny}; then "
+            f"`{command.format(tiny=tiny)}` (its text is not meaningful).")
 
 
 class _Progress:
@@ -212,11 +276,9 @@ class _Progress:
 
         return counted
 
-    def done(self, status: str, error: str | None) -> None:
-        outcome = f"{status} ({error})" if error else status
+    def done(self, summary: str) -> None:
         end = "\r" if self.tty else ""
-        print(f"{end}{self.label}: {self.pages} pages, {outcome}, {time.perf_counter() - self.started:.1f}s"
-              + " " * 8, file=sys.stderr)
+        print(f"{end}{self.label}: {summary} ({time.perf_counter() - self.started:.1f}s)" + " " * 8, file=sys.stderr)
 
 
 def _add_service_parsers(commands: argparse._SubParsersAction) -> None:
@@ -227,12 +289,14 @@ def _add_service_parsers(commands: argparse._SubParsersAction) -> None:
                     "process. Distributed mode: only the API; run `quire worker` processes beside it.")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--model", default=None, help="local directory or hub id (default: QUIRE_MODEL)")
     worker = commands.add_parser("worker", help="a Celery worker of the distributed mode (needs QUIRE_BROKER_URL)")
     worker.add_argument("--queues", default="cpu,gpu", help="cpu, gpu or both (default: cpu,gpu)")
     worker.add_argument("--concurrency", type=int, default=None,
                         help="tasks at once (default: the CPU count for cpu; for gpu QUIRE_GPU_THREADS, else enough "
                              "pages to fill the engine's batch: 64 on CUDA, 8 on a CPU)")
     worker.add_argument("--loglevel", default="INFO")
+    worker.add_argument("--model", default=None, help="a gpu worker's local directory or hub id (default: QUIRE_MODEL)")
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -246,7 +310,7 @@ def _serve(args: argparse.Namespace) -> int:
     from .db.session import get_engine
     from .storage import LocalBlobStore
 
-    settings = get_settings()
+    settings = _settings(model=args.model)
     configure_logging(settings.log_format)
     require_keys = keys_required(settings.api_keys, args.host)
     print(startup_notice(settings.api_keys, args.host), file=sys.stderr, flush=True)
@@ -266,8 +330,7 @@ def _serve(args: argparse.Namespace) -> int:
     host = EngineHost(settings)
     workers = EmbeddedWorkers(settings, db, blobs, host, settings.cpu_threads, gpu_threads(settings))
     try:
-        if not _load_models(workers, host):
-            return 2
+        _load_models(workers, host)
         workers.resume()
         uvicorn.run(create_app(settings, workers, require_keys), host=args.host, port=args.port, log_config=None)
     finally:
@@ -276,22 +339,17 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_models(workers: EmbeddedWorkers, host: EngineHost) -> bool:
+def _load_models(workers: EmbeddedWorkers, host: EngineHost) -> None:
     """Load the layout model, then the engine (whose KV cache takes a share of the GPU memory left), at start
-    rather than on the first page; False after saying how to get a missing recognition model."""
-    from .engine.model.loader import CheckpointError
-
+    rather than on the first page; a model that does not load raises CheckpointError (main reports it)."""
     workers.context.preload_layout()
-    try:
-        host.engine  # noqa: B018 - a property that loads it
-    except CheckpointError as exc:
-        _say_model_missing(exc, "QUIRE_MODEL={tiny} quire serve")
-        return False
-    return True
+    host.engine  # noqa: B018 - a property that loads it
 
 
 def _worker(args: argparse.Namespace) -> int:
     """`quire worker`: Celery on the given queues; threads when it serves gpu, so its tasks share one engine."""
+    if args.model:  # the tasks read their settings from the environment (workers/tasks.py)
+        os.environ["QUIRE_MODEL"] = args.model
     settings = get_settings()
     if not settings.broker_url:
         print("error: QUIRE_BROKER_URL is not set; `quire serve` alone runs the embedded mode", file=sys.stderr)
@@ -353,17 +411,12 @@ def _serve_engine(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .engine.engine import Engine
-    from .engine.model.loader import CheckpointError
     from .engine.server import create_app
     from .engine_settings import engine_kwargs
 
     settings = _settings(device=args.device, dtype=args.dtype, max_num_seqs=args.max_num_seqs)
     model = args.model or settings.model
-    try:
-        engine = Engine.from_pretrained(model, **engine_kwargs(settings))
-    except CheckpointError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    engine = Engine.from_pretrained(model, **engine_kwargs(settings))
     app = create_app(engine, args.served_model_name or str(model), default_max_tokens=settings.max_tokens)
     try:
         uvicorn.run(app, host=args.host, port=args.port)
@@ -373,49 +426,50 @@ def _serve_engine(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from .engine.sample import sample_image
-    from .engine.tiny_checkpoint import write_tiny_checkpoint
+    """`quire demo`: a generated sample PDF through the document pipeline; 0 when it succeeded."""
+    from .demo import run_demo
 
-    directory = args.checkpoint or get_settings().cache_dir / "tiny-checkpoint"
-    if not (directory / "model.safetensors").exists():
-        write_tiny_checkpoint(directory)
-    image_path = directory.parent / "sample.png"
-    sample_image().save(image_path)
-    print(f"tiny random checkpoint: {directory}  (random weights: the text is not meaningful)")
-    return _recognize(argparse.Namespace(images=[image_path], model=str(directory), task="ocr",
-                                         max_tokens=args.max_tokens))
+    document = run_demo(get_settings(), args.checkpoint, args.max_tokens)
+    return 0 if document.status == "succeeded" else 1
 
 
 def _recognize(args: argparse.Namespace) -> int:
+    """`quire recognize`: one JSON line per image; 1 when any input was not an image (documents go to process)."""
     from .engine.engine import Engine
-    from .engine.model.loader import CheckpointError
-    from .engine.processor import TASK_PROMPTS, ImageError
-    from .engine.request import Request
-    from .engine_settings import engine_kwargs
+    from .engine_settings import engine_kwargs, task_max_tokens
 
     settings = get_settings()
     started = time.perf_counter()
-    try:
-        engine = Engine.from_pretrained(args.model or settings.model, **engine_kwargs(settings))
-    except CheckpointError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    engine = Engine.from_pretrained(args.model or settings.model, **engine_kwargs(settings))
     loaded = time.perf_counter()
-    max_tokens = args.max_tokens or settings.max_tokens
-    for path in args.images:
-        request = Request(TASK_PROMPTS[args.task], [path.read_bytes()], max_tokens=max_tokens)
-        try:
-            out = engine.generate([request])[0]
-        except ImageError as exc:
-            print(json.dumps({"image": str(path), "error": exc.code, "message": str(exc)}))
-            continue
-        print(json.dumps({"image": str(path), "text": out.text, "finish_reason": out.finish_reason,
-                          "prompt_tokens": out.prompt_tokens, "generated_tokens": out.generated_tokens,
-                          "ttft_ms": round(out.ttft_s * 1000, 1), "tpot_ms": round(out.tpot_s * 1000, 2)},
-                         ensure_ascii=False))
+    max_tokens = task_max_tokens(settings, args.max_tokens)[args.task]
+    recognized = [_recognize_one(engine, path, args.task, max_tokens) for path in args.images]
     print(f"load {loaded - started:.2f}s, total {time.perf_counter() - started:.2f}s", file=sys.stderr)
-    return 0
+    return 0 if all(recognized) else 1
 
+
+def _recognize_one(engine: Engine, path: Path, task: str, max_tokens: int) -> bool:
+    """Print one image's result (or its error) as a JSON line; False when it was not an image."""
+    from .documents.ingest import sniff
+    from .engine.processor import TASK_PROMPTS, ImageError
+    from .engine.request import Request
+
+    data = path.read_bytes()
+    try:
+        if sniff(data) == "application/pdf":
+            raise ImageError("not_an_image", "a PDF document, not an image")
+        out = engine.generate([Request(TASK_PROMPTS[task], [data], max_tokens=max_tokens)])[0]
+    except ImageError as exc:
+        print(json.dumps({"image": str(path), "error": exc.code, "message": str(exc)}))
+        reason = str(exc).removeprefix(f"{exc.code}: ")
+        print(f"error: {path}: {reason}; `quire recognize` takes images (one region or page each), `quire process "
+              f"{path}` reads documents (PDF, TIFF, scans) into Markdown and JSON", file=sys.stderr)
+        return False
+    print(json.dumps({"image": str(path), "text": out.text, "finish_reason": out.finish_reason,
+                      "prompt_tokens": out.prompt_tokens, "generated_tokens": out.generated_tokens,
+                      "ttft_ms": round(out.ttft_s * 1000, 1), "tpot_ms": round(out.tpot_s * 1000, 2)},
+                     ensure_ascii=False))
+    return True
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -25,7 +25,11 @@ class Settings(BaseSettings):
     # share of the GPU memory free when the engine starts: a layout model on that GPU must be loaded before it
     kv_cache_fraction: Annotated[float, Field(gt=0.0, le=1.0)] = 0.8
     cuda_graphs: bool = True  # decode steps replayed as CUDA graphs; QUIRE_CUDA_GRAPHS=0 runs them eagerly
-    max_tokens: int = 1024
+    # generated tokens per region: QUIRE_MAX_TOKENS for every task (PaddleX allows 8192, so dense tables and long
+    # text regions are not cut off), less where a task never needs more (engine_settings.SHORT_TASKS), and
+    # QUIRE_TASK_MAX_TOKENS='{"formula": 2048}' per task over both
+    max_tokens: PositiveInt = 8192
+    task_max_tokens: dict[Literal["ocr", "table", "formula", "chart", "spotting", "seal"], PositiveInt] = {}
     max_image_pixels: int = 100_000_000
     cache_dir: Path = Path.home() / ".cache" / "quire"
     # documents (`quire process`, the workers)

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 from pipeline.config import Settings
 from pipeline.engine.devices import MAX_NUM_SEQS, default_for, resolve_device
+from pipeline.engine.processor import TASK_PROMPTS
 
 MIN_GPU_THREADS = 8  # what measured best on a CPU (benchmarks/pipeline.py: engine busy 73 % with 2 pages, 82 % with 8)
 SEQUENCES_PER_PAGE = 4  # regions a page brings to the engine, counted low: text pages bring more, pictures fewer
+# tasks whose regions are short by nature (a seal holds a few dozen characters, a formula region one equation or a
+# few): a lower cap there bounds a runaway decode that the repetition guard cannot see (one that never repeats)
+SHORT_TASKS = {"formula": 4096, "seal": 1024}
 
 
 def engine_kwargs(settings: Settings) -> dict[str, object]:
@@ -21,6 +25,13 @@ def engine_kwargs(settings: Settings) -> dict[str, object]:
     return {"device": settings.device, "dtype": settings.dtype, "max_num_seqs": settings.max_num_seqs,
             "max_num_batched_tokens": settings.max_num_batched_tokens, "kv_cache_memory": settings.kv_cache_memory,
             "gpu_memory_fraction": settings.kv_cache_fraction, "cuda_graphs": settings.cuda_graphs}
+
+
+def task_max_tokens(settings: Settings, override: int | None = None) -> dict[str, int]:
+    """Generated tokens at most per task: `override` (a command's --max-tokens) for all, else QUIRE_TASK_MAX_TOKENS's
+    value for the task, else QUIRE_MAX_TOKENS (SHORT_TASKS' lower cap where it is lower)."""
+    return {task: override or settings.task_max_tokens.get(task)
+            or min(settings.max_tokens, SHORT_TASKS.get(task, settings.max_tokens)) for task in TASK_PROMPTS}
 
 
 def max_num_seqs(settings: Settings) -> int:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,7 +15,8 @@ import jsonschema
 import pytest
 
 import workers.tasks
-from pipeline import cli
+from pipeline import cli, documents_api
+from pipeline.config import get_settings
 from pipeline.db import migrate
 from pipeline.documents import layout
 from pipeline.documents.assemble import load_schema
@@ -30,21 +33,51 @@ def _quire(*args: str, cache: Path, **env_vars: str) -> subprocess.CompletedProc
                           timeout=300, check=False)
 
 
-def test_demo_writes_a_tiny_checkpoint_and_prints_text_and_timings(tmp_path):
+def test_demo_turns_a_sample_pdf_into_markdown_and_overlays_and_says_the_tiny_models_regions_are_noise(tmp_path):
     done = _quire("demo", "--max-tokens", "8", cache=tmp_path)
     assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["generated_tokens"] == 8 or result["finish_reason"] == "stop"
-    assert result["text"] and result["ttft_ms"] > 0
-    assert (tmp_path / "tiny-checkpoint" / "model.safetensors").exists()
+    out = tmp_path / "demo" / "out"
+    assert "sample.pdf: 2 pages, succeeded; layout pdf (no layout weights)" in done.stdout
+    assert "# A sample report" in done.stdout and f"{out / 'sample.md'}, its first" in done.stdout
+    assert str(out / "sample.pages" / "page-0002.overlay.png") in done.stdout
+    assert "RANDOM checkpoint" in done.stdout and "quire models pull" in done.stdout
+    result = json.loads((out / "sample.json").read_text())
+    jsonschema.validate(result, load_schema())
+    labels = {region["label"]: region["source"] for page in result["pages"] for region in page["regions"]}
+    assert (labels["table"], labels["display_formula"], labels["doc_title"]) == ("model", "model", "text-layer")
+    assert labels["image"] == "none" and (tmp_path / "tiny-checkpoint" / "model.safetensors").exists()
 
 
-def test_recognize_reports_a_bad_image_by_code(tmp_path, tiny_checkpoint):
-    bad = tmp_path / "bad.png"
-    bad.write_bytes(b"not an image at all")
-    done = _quire("recognize", str(bad), "--model", str(tiny_checkpoint), cache=tmp_path)
+def test_demo_uses_the_model_when_it_is_on_this_machine_and_calls_nothing_noise(tmp_path, tiny_checkpoint):
+    done = _quire("demo", "--max-tokens", "4", cache=tmp_path, QUIRE_MODEL=str(tiny_checkpoint))
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout.strip())["error"] == "undecodable"
+    assert f"model {tiny_checkpoint}@" in done.stdout and "RANDOM" not in done.stdout
+    assert not (tmp_path / "tiny-checkpoint").exists()
+
+
+def test_recognize_refuses_a_pdf_and_a_non_image_by_code_and_points_at_process(tmp_path, tiny_checkpoint):
+    bad, pdf = tmp_path / "bad.png", CORPUS / "minimal-document.pdf"
+    bad.write_bytes(b"not an image at all")
+    done = _quire("recognize", str(bad), str(pdf), "--model", str(tiny_checkpoint), cache=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert [json.loads(line)["error"] for line in done.stdout.splitlines()] == ["undecodable", "not_an_image"]
+    assert f"error: {pdf}: a PDF document, not an image" in done.stderr and f"`quire process {pdf}`" in done.stderr
+    assert f"`quire process {bad}`" in done.stderr and "BytesIO" not in done.stderr + done.stdout
+
+
+def _without(tiny_checkpoint: Path, directory: Path, name: str) -> Path:
+    shutil.copytree(tiny_checkpoint, directory)
+    (directory / name).unlink()
+    return directory
+
+
+@pytest.mark.parametrize("name", ["config.json", "chat_template.jinja", "tokenizer.json"])
+def test_a_checkpoint_missing_a_file_is_one_message_naming_it_and_exit_2(tmp_path, tiny_checkpoint, name):
+    model = _without(tiny_checkpoint, tmp_path / "model", name)
+    done = _quire("recognize", str(tmp_path / "x.png"), "--model", str(model), cache=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    [message] = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert str(model / name) in message and "quire models pull" in message
 
 
 @pytest.mark.parametrize("model", ["./no-such-dir", "PaddlePaddle/not-downloaded-here"])
@@ -104,7 +137,8 @@ def test_process_takes_a_directory_skips_finished_inputs_and_reports_bad_ones(tm
     jsonschema.validate(failed, load_schema())
 
     again = _quire(*args, cache=tmp_path)
-    assert again.returncode == 0 and again.stderr.count("skip ") == 2
+    assert again.returncode == 1 and again.stderr.count("skip ") == 1  # the named report.pdf is done again
+    assert f"skip {inbox / 'letter.pdf'}" in again.stderr
 
     (out / "letter.pages" / "stale.png").write_bytes(b"")
     forced = _quire(*args, "--force", cache=tmp_path)
@@ -112,11 +146,12 @@ def test_process_takes_a_directory_skips_finished_inputs_and_reports_bad_ones(tm
     assert not (out / "letter.pages" / "stale.png").exists()
 
 
-def test_process_without_the_weights_says_how_to_get_them_and_how_to_run_the_demo_model(tmp_path):
-    done = _quire("process", str(CORPUS / "minimal-document.pdf"), "-o", str(tmp_path / "out"),
+def test_process_without_the_weights_skips_the_regions_that_need_them_and_says_how_to_get_them(tmp_path):
+    done = _quire("process", str(CORPUS / "grayscale-image.pdf"), "-o", str(tmp_path / "out"),
                   "--model", "PaddlePaddle/not-downloaded-here", cache=tmp_path)
-    assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert "huggingface-cli download" in done.stderr and "quire demo" in done.stderr
+    assert done.returncode == 3 and "Traceback" not in done.stderr
+    assert "1 region skipped (model_unavailable)" in done.stderr
+    assert "quire models pull" in done.stderr and "quire demo" in done.stderr
     assert f"--model {tmp_path / 'tiny-checkpoint'}" in done.stderr
 
 
@@ -134,6 +169,43 @@ def test_serve_without_the_weights_says_how_to_try_the_demo_checkpoint(tmp_path)
     done = _quire("serve", "--port", "0", cache=tmp_path, QUIRE_MODEL=str(tmp_path / "missing"))
     assert done.returncode == 2
     assert "QUIRE_MODEL=" in done.stderr and "quire serve" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_serve_takes_the_model_from_its_flag(tmp_path):
+    done = _quire("serve", "--port", "0", "--model", str(tmp_path / "flagged"), cache=tmp_path)
+    assert done.returncode == 2 and f"{tmp_path / 'flagged'}: not a checkpoint directory" in done.stderr
+
+
+def test_version_is_the_installed_package_version(capsys):
+    with pytest.raises(SystemExit) as exit_status:
+        cli.main(["--version"])
+    assert exit_status.value.code == 0 and capsys.readouterr().out == f"quire {version('quire')}\n"
+
+
+@pytest.mark.parametrize("command", [["serve"], ["worker"], ["process", "x.pdf"], ["recognize", "x.png"],
+                                     ["engine", "serve"]])
+def test_every_command_that_loads_a_model_takes_model(command: list[str]):
+    assert cli.build_parser().parse_args([*command, "--model", "DIR"]).model == "DIR"
+
+
+MISSING_DATABASE = "postgresql+psycopg://postgres@127.0.0.1:5432/quire_no_such_database"
+
+
+def test_migrate_against_a_database_that_does_not_exist_says_how_to_create_it(tmp_path):
+    done = _quire("migrate", cache=tmp_path, QUIRE_DATABASE_URL=MISSING_DATABASE)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f'error: {MISSING_DATABASE}: database "quire_no_such_database" does not exist. Create it (`createdb -h '
+        "127.0.0.1 -p 5432 -U postgres quire_no_such_database`) or set QUIRE_DATABASE_URL to one that exists, then "
+        "run `quire migrate`."]
+
+
+def test_distributed_serve_against_a_missing_database_logs_one_line_with_its_code(tmp_path):
+    done = _quire("serve", "--port", "0", cache=tmp_path, QUIRE_DATABASE_URL=MISSING_DATABASE,
+                  QUIRE_BROKER_URL="redis://127.0.0.1:6379/0")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    [logged] = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    assert logged["code"] == "database_missing" and "createdb" in logged["message"]
 
 
 def test_worker_without_a_broker_points_at_the_embedded_mode(tmp_path):
@@ -185,9 +257,10 @@ def test_process_device_flag_moves_the_engine_and_the_layout_unless_a_layout_dev
     env.setenv("QUIRE_LAYOUT_DEVICE", layout_device)
     seen = engine_keywords(env)
     layouts: list[str] = []
-    env.setattr(layout, "layout_backend", lambda name, model, device: layouts.append(device) or layout.PageLayout())
+    env.setattr(documents_api, "layout_backend",
+                lambda name, model, device: layouts.append(device) or layout.PageLayout())
     assert cli.main(["process", str(CORPUS / "minimal-document.pdf"), "-o", str(tmp_path / "out"), "--model", "m",
-                     "--device", "cpu"]) == 2
+                     "--device", "cpu", "--text-layer", "off"]) == 2  # loaded (lazily, for its one region): refused
     assert (seen["device"], layouts) == ("cpu", [expected])
 
 
@@ -231,6 +304,12 @@ def test_a_gpu_worker_takes_as_many_pages_at_once_as_fill_the_engines_batch(
     assert argv[argv.index("--concurrency") + 1] == concurrency
 
 
+def test_a_worker_model_flag_reaches_its_tasks_settings(env: pytest.MonkeyPatch):
+    env.setenv("QUIRE_MODEL", "from-the-environment")  # restored after the test, as the flag overwrites it
+    start_worker(env, "--queues", "gpu", "--model", "/models/flagged")
+    assert get_settings().model == "/models/flagged"
+
+
 def test_a_cpu_worker_leaves_its_concurrency_to_celery(env: pytest.MonkeyPatch):
     argv, context = start_worker(env, "--queues", "cpu")
     assert argv[argv.index("--pool") + 1] == "prefork" and "--concurrency" not in argv
@@ -257,5 +336,88 @@ def test_the_embedded_service_loads_the_layout_model_before_the_engine():
             loaded.append("engine")
 
     workers = SimpleNamespace(context=SimpleNamespace(preload_layout=lambda: loaded.append("layout")))
-    assert cli._load_models(workers, Host()) is True
+    cli._load_models(workers, Host())
     assert loaded == ["layout", "engine"]
+
+
+# --- quire process: what needs no model, what was chosen, which inputs and pages ----------------------------------
+
+
+def test_a_pdf_whose_every_region_has_a_text_layer_is_processed_without_any_model(tmp_path):
+    out = tmp_path / "out"
+    done = _quire("process", str(CORPUS / "pdflatex-4-pages.pdf"), "-o", str(out), "--layout", "pdf",
+                  "--model", "PaddlePaddle/not-downloaded-here", cache=tmp_path)
+    assert done.returncode == 0 and "error" not in done.stderr, done.stderr
+    result = json.loads((out / "pdflatex-4-pages.json").read_text())
+    assert {region["source"] for page in result["pages"] for region in page["regions"]} == {"text-layer"}
+    assert result["model_revision"] is None
+
+
+def test_model_none_skips_the_regions_that_need_the_model_says_so_and_exits_3(tmp_path):
+    from pipeline.documents.sample_pdf import write_sample_pdf
+
+    sample, out = write_sample_pdf(tmp_path / "sample.pdf"), tmp_path / "out"
+    done = _quire("process", str(sample), "-o", str(out), "--model", "none", cache=tmp_path,
+                  QUIRE_LAYOUT_MODEL=str(tmp_path / "no-layout-weights"))
+    assert done.returncode == 3, done.stderr
+    assert (f"sample.pdf: 2 pages, succeeded; layout pdf (no layout weights); 2 regions skipped (model_none) → "
+            f"{out / 'sample.md'}, {out / 'sample.json'}, {out / 'sample.pages'}/") in done.stderr
+    result = json.loads((out / "sample.json").read_text())
+    jsonschema.validate(result, load_schema())
+    skipped = [r for page in result["pages"] for r in page["regions"] if r["status"] == "skipped"]
+    assert [(r["label"], r["error"]["code"]) for r in skipped] == [("table", "model_none"),
+                                                                  ("display_formula", "model_none")]
+    markdown = (out / "sample.md").read_text()
+    assert markdown.startswith("# A sample report") and "<table" not in markdown and "$$" not in markdown
+    assert result["model"] is None and result["pages"][0]["layout_reason"] == "no layout weights"
+
+
+def process_here(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, str]:
+    """`quire process ARGUMENTS --layout pdf --model none` in this process: (exit status, stderr)."""
+    status = cli.main(["process", *arguments, "--layout", "pdf", "--model", "none"])
+    return status, capsys.readouterr().err
+
+
+def test_a_file_named_on_the_command_line_is_processed_again_though_its_json_exists(env, tmp_path, capsys):
+    arguments = (str(CORPUS / "minimal-document.pdf"), "-o", str(tmp_path / "out"))
+    assert process_here(capsys, *arguments)[0] == 0
+    (tmp_path / "out" / "minimal-document.json").write_text("{}")
+    status, err = process_here(capsys, *arguments)
+    assert status == 0 and "skip" not in err and "minimal-document.pdf: 1 page, succeeded" in err
+    assert json.loads((tmp_path / "out" / "minimal-document.json").read_text())["status"] == "succeeded"
+
+
+def test_a_recursive_scan_processes_the_folders_below_keeping_their_place_in_the_output(env, tmp_path, capsys):
+    inbox, out = tmp_path / "inbox", tmp_path / "out"
+    (inbox / "2024").mkdir(parents=True)
+    for path in (inbox / "letter.pdf", inbox / "2024" / "letter.pdf"):
+        path.write_bytes((CORPUS / "minimal-document.pdf").read_bytes())
+    assert process_here(capsys, str(inbox), "-o", str(out))[0] == 0
+    assert sorted(p.name for p in out.iterdir()) == ["letter.json", "letter.md", "letter.pages"]
+    assert process_here(capsys, str(inbox), "-o", str(out), "-r")[0] == 0
+    assert (out / "2024" / "letter.json").exists() and (out / "2024" / "letter.pages" / "page-0001.png").exists()
+
+
+def test_pages_processes_only_the_pages_asked_for(env, tmp_path, capsys):
+    status, err = process_here(capsys, str(CORPUS / "pdflatex-4-pages.pdf"), "-o", str(tmp_path), "--pages", "2-3")
+    assert status == 0 and "pdflatex-4-pages.pdf: 2 pages, succeeded" in err
+    result = json.loads((tmp_path / "pdflatex-4-pages.json").read_text())
+    assert [page["index"] for page in result["pages"]] == [1, 2]
+
+
+def test_a_bad_page_range_is_refused_before_any_file_is_opened(env, tmp_path, capsys):
+    with pytest.raises(SystemExit) as refused:
+        process_here(capsys, str(CORPUS / "pdflatex-4-pages.pdf"), "-o", str(tmp_path / "out"), "--pages", "5-2")
+    assert refused.value.code == 2 and "'5-2': pages count from 1 and a range runs from low to high" in \
+        capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_broken_model_is_an_error_though_the_text_layers_regions_are_still_written(tmp_path):
+    broken, out = tmp_path / "broken-model", tmp_path / "out"
+    broken.mkdir()
+    done = _quire("process", str(CORPUS / "grayscale-image.pdf"), "-o", str(out), "--model", str(broken),
+                  cache=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and str(broken) in done.stderr
+    [region] = json.loads((out / "grayscale-image.json").read_text())["pages"][0]["regions"]
+    assert region["status"] == "skipped" and region["error"]["code"] not in ("model_none", "model_unavailable")

@@ -146,6 +146,15 @@ def test_the_api_and_the_workers_share_one_blob_volume() -> None:
     assert volume in COMPOSE["volumes"]
 
 
+def test_the_image_can_bake_the_weights_in_with_quire_models_pull() -> None:
+    assert "QUIRE_PULL_MODELS=0" in instruction("ARG")  # off unless the build asks
+    pull = next(arguments for arguments in instruction("RUN") if "QUIRE_PULL_MODELS" in arguments)
+    command = re.search(r"then (quire [^;]+);", pull).group(1).split()
+    assert command[0] == "quire" and parse(command[1:]).models_command == "pull"
+    names = [name for name, _ in dockerfile()]
+    assert names.index("RUN", names.index("ARG")) > names.index("USER")  # into the quire user's HF_HOME
+
+
 def test_the_image_installs_the_project_and_runs_quire() -> None:
     copied = {source for arguments in instruction("COPY") for source in arguments.split()[:-1]}
     assert {"pyproject.toml", "README.md", "pipeline", "workers", "api", "migrations"} <= copied

@@ -10,7 +10,7 @@ import torch
 
 from pipeline.config import Settings
 from pipeline.engine.engine import Engine, EngineConfig
-from pipeline.engine_settings import engine_kwargs, gpu_threads, layout_device, max_num_seqs
+from pipeline.engine_settings import engine_kwargs, gpu_threads, layout_device, max_num_seqs, task_max_tokens
 
 needs_no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="says what `auto` is on a machine without a GPU")
 
@@ -59,3 +59,22 @@ def test_the_layout_runs_on_the_engines_device_unless_told_otherwise():
 def test_auto_is_the_cpu_for_the_engine_threads_and_layout_here():
     assert (max_num_seqs(Settings()), gpu_threads(Settings()), layout_device(Settings())) == (32, 8, "cpu")
     assert layout_device(Settings(device="cuda", layout_device="auto")) == "cpu"
+
+
+def test_regions_may_generate_8192_tokens_except_where_a_task_is_short_by_nature():
+    assert task_max_tokens(Settings()) == {"ocr": 8192, "table": 8192, "formula": 4096, "chart": 8192,
+                                           "spotting": 8192, "seal": 1024}
+
+
+def test_each_task_can_be_given_its_own_limit_and_a_command_flag_sets_all(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("QUIRE_TASK_MAX_TOKENS", '{"table": 16384, "seal": 256}')
+    monkeypatch.setenv("QUIRE_MAX_TOKENS", "2048")
+    limits = task_max_tokens(Settings())
+    assert (limits["table"], limits["seal"], limits["ocr"], limits["formula"]) == (16384, 256, 2048, 2048)
+    assert set(task_max_tokens(Settings(), override=7).values()) == {7}
+
+
+def test_a_task_max_tokens_for_an_unknown_task_is_refused(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("QUIRE_TASK_MAX_TOKENS", '{"tables": 100}')
+    with pytest.raises(ValueError, match="tables"):
+        Settings()

@@ -16,8 +16,9 @@ from transformers import AutoTokenizer  # noqa: F401 - see below
 from pipeline.config import Settings
 from pipeline.documents.recognize import EngineRecognizer, Recognizer
 from pipeline.engine.engine import Engine
-from pipeline.engine.model.loader import checkpoint_revision, resolve_checkpoint
-from pipeline.engine_settings import engine_kwargs
+from pipeline.engine.model.loader import resolve_checkpoint
+from pipeline.engine.model.revision import checkpoint_revision
+from pipeline.engine_settings import engine_kwargs, task_max_tokens
 
 
 class EngineHost:
@@ -35,7 +36,9 @@ class EngineHost:
 
     @cached_property
     def revision(self) -> str:
-        return checkpoint_revision(resolve_checkpoint(self.model))
+        """Keys cached results; hashed once per weights on this machine (a hub snapshot needs no hashing)."""
+        cache_file = self.settings.cache_dir.expanduser() / "checkpoint-revisions.json"
+        return checkpoint_revision(resolve_checkpoint(self.model), cache_file)
 
     @property
     def engine(self) -> Engine:
@@ -50,7 +53,7 @@ class EngineHost:
         return None if engine is None else engine.stats()
 
     def recognizer(self, tenant: str) -> Recognizer:
-        return EngineRecognizer(self.engine, self.settings.max_tokens, cache_salt=tenant)
+        return EngineRecognizer(self.engine, task_max_tokens(self.settings), cache_salt=tenant)
 
     def close(self) -> None:
         with self._lock:

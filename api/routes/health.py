@@ -6,9 +6,11 @@ from __future__ import annotations
 import redis
 from fastapi import APIRouter, Response
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
 from api.deps import Services, ServicesDep
 from api.schemas import Health
+from pipeline.db.errors import database_unavailable
 
 router = APIRouter(tags=["health"])
 
@@ -39,6 +41,9 @@ def _database(services: Services) -> str | None:
     try:
         with services.db.connect() as connection:
             connection.execute(text("SELECT 1"))
+    except OperationalError as exc:  # with a stable code: database_missing, database_refused, database_unreachable
+        unavailable = database_unavailable(exc, services.settings.database_url)
+        return f"database: {unavailable.code}: {unavailable}"
     except Exception as exc:
         return f"database: {type(exc).__name__}: {exc}"
     return None

@@ -24,6 +24,7 @@ SCHEMA_VERSION = 1
 # Page furniture: repeated on every page, noise in a flowing text.
 EXCLUDED_BY_DEFAULT: frozenset[str] = frozenset({"header", "footer", "number", "header_image", "footer_image"})
 _SECTION_NUMBER = re.compile(r"^\s*(\d+(?:\.\d+)*)\.?\s")
+_ALT_SPECIAL = re.compile(r"[\\\[\]]")  # escaped in alt text, which brackets delimit
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,7 @@ def page_markdown(page: PageOutput, options: MarkdownOptions | None = None) -> s
 
 def _block(page_index: int, region: RegionOutput, options: MarkdownOptions) -> str:
     if region.task is None:
-        link = options.pictures.get((page_index, region.order))
-        return f"![{region.label}]({link})" if link else f"<!-- {region.label} -->"
+        return _picture(region, options.pictures.get((page_index, region.order)))
     if region.html is not None:
         return region.html
     if region.latex is not None:
@@ -84,6 +84,16 @@ def _block(page_index: int, region: RegionOutput, options: MarkdownOptions) -> s
     if region.label == "paragraph_title":
         return "#" * _heading_level(text) + " " + " ".join(text.split())
     return text
+
+
+def _picture(region: RegionOutput, link: str | None) -> str:
+    """A link to the picture's crop, or a comment where none was saved; the words printed on it (a chart's labels)
+    are its alt text, where a reader and a search find them without their breaking into the flow of the text."""
+    words = " ".join((region.text or "").split())
+    if link:
+        alt = _ALT_SPECIAL.sub(r"\\\g<0>", words) if words else region.label
+        return f"![{alt}]({link})"
+    return f"<!-- {region.label}: {words.replace('--', '- -')} -->" if words else f"<!-- {region.label} -->"
 
 
 def _heading_level(title: str) -> int:
@@ -117,6 +127,7 @@ def document_json(document: DocumentOutput, options: MarkdownOptions | None = No
         "size_bytes": document.size_bytes,
         "page_count": len(document.pages),
         "model": document.model,
+        "model_revision": document.model_revision,
         "error": _problem(document.error),
         "timings_ms": _timings(document.timings_ms),
         "pages": [page_json(page, options) for page in document.pages],
@@ -140,6 +151,7 @@ def page_json(page: PageOutput, options: MarkdownOptions | None) -> dict[str, An
         "dpi": _round(page.dpi),
         "rotation": page.rotation,
         "layout": page.layout,
+        "layout_reason": page.layout_reason,
         "markdown": page_markdown(page, options),
         "timings_ms": _timings(page.timings_ms),
         "regions": [_region_json(region) for region in page.regions],
@@ -155,6 +167,7 @@ def _region_json(region: RegionOutput) -> dict[str, Any]:
         "bbox_px": [round(value, 2) for value in region.bbox_px],
         "bbox_pt": [round(value, 2) for value in region.bbox_pt],
         "task": region.task,
+        "status": region.status,
         "source": region.source,
         "text": region.text,
         "html": region.html,

@@ -17,10 +17,9 @@ class LayoutModelUnavailable(RuntimeError):
 
 def how_to_get(model: str) -> str:
     return (
-        f"Download it on a connected machine with `hf download {model} --local-dir DIR` (or "
-        f"`huggingface-cli download {model} --local-dir DIR`) and set QUIRE_LAYOUT_MODEL=DIR, or fill the Hugging "
-        "Face cache the same way without --local-dir; or choose the model-free layout with `--layout pdf` "
-        "(born-digital PDFs) or `--layout page`."
+        f"Fetch it into the Hugging Face cache with `quire models pull --layout-model {model}` on a connected "
+        "machine (or with `--dir DIR`, then set QUIRE_LAYOUT_MODEL=DIR/NAME); or choose the model-free layout with "
+        "`--layout pdf` (born-digital PDFs) or `--layout page`."
     )
 
 

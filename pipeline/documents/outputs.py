@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import quote
 
@@ -19,12 +21,17 @@ from pipeline.documents.regions import crop, crop_box
 from pipeline.documents.results import DocumentOutput
 
 
-def output_names(inputs: list[Path]) -> dict[Path, str]:
-    """NAME for each input: its stem, or its whole file name where two inputs share a stem (a.pdf and a.png)."""
-    stems: dict[str, int] = {}
-    for path in inputs:
-        stems[path.stem] = stems.get(path.stem, 0) + 1
-    return {path: path.stem if stems[path.stem] == 1 else path.name for path in inputs}
+def output_names(inputs: list[Path], found_in: Mapping[Path, Path] | None = None) -> dict[Path, str]:
+    """NAME for each input: its stem, or its whole file name where two inputs share a stem (a.pdf and a.png); an
+    input a directory scan found below that directory (`found_in`) keeps its place under it (sub/a)."""
+    found_in = found_in or {}
+
+    def folder(path: Path) -> Path:
+        return path.parent.relative_to(found_in[path]) if path in found_in else Path()
+
+    stems = Counter(folder(path) / path.stem for path in inputs)
+    return {path: (folder(path) / (path.stem if stems[folder(path) / path.stem] == 1 else path.name)).as_posix()
+            for path in inputs}
 
 
 class DocumentWriter:
@@ -45,7 +52,7 @@ class DocumentWriter:
 
     def start(self) -> None:
         """Clear what an earlier run left for this name, so no stale page image outlives a rerun."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.json_path.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(self.pages_dir, ignore_errors=True)
         self.json_path.unlink(missing_ok=True)
         self.markdown_path.unlink(missing_ok=True)

@@ -23,6 +23,8 @@ from pathlib import Path
 from pipeline.documents.errors import DocumentError
 from pipeline.documents.ingest import IngestedDocument, Limits, SourcePage, ingest, sniff
 from pipeline.documents.layout import LayoutBackend, Region, detect_many
+from pipeline.documents.layout_choice import choose_layout
+from pipeline.documents.page_ranges import PageRanges
 from pipeline.documents.postprocess import postprocess
 from pipeline.documents.recognize import Recognition, RecognitionTask, Recognizer
 from pipeline.documents.regions import PreparedRegion, RegionOptions, crop, prepare_regions
@@ -37,6 +39,7 @@ class ProcessOptions:
     password: str | None = None
     pages_in_flight: int = 16  # pages rendered and submitted ahead of the oldest unfinished one
     layout_batch: int = 8  # pages laid out together (at most pages_in_flight): one forward pass of a layout model
+    pages: PageRanges | None = None  # only these pages (None: all); pages past the end are not there to take
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class LaidOutPage:
     layout: str
     prepared: list[PreparedRegion]
     timings_ms: dict[str, float]
+    layout_reason: str | None = None
 
     def region_output(self, index: int, recognition: Recognition | None = None) -> RegionOutput:
         """Region `index` as output: final unless it needs the model, then with `recognition`'s content."""
@@ -98,18 +102,27 @@ def process_document(data: bytes, name: str, recognizer: Recognizer, layout: Lay
                               size_bytes=len(data), error=Problem(exc.code, exc.message), model=model)
     ingested = time.perf_counter()
     with document:
+        if options.pages is not None and options.pages.first() > document.page_count:
+            return DocumentOutput(name, "failed", sha256=document.sha256, media_type=document.media_type,
+                                  size_bytes=document.size, model=model, error=_out_of_range(options.pages, document))
         pages = _run_pages(document, recognizer, layout, options, on_page)
     timings = {"ingest": (ingested - started) * 1000.0, "total": (time.perf_counter() - started) * 1000.0}
     return DocumentOutput(name, document_status(pages), sha256=document.sha256, media_type=document.media_type,
                           size_bytes=document.size, pages=pages, model=model, timings_ms=timings)
 
 
-def expand_inputs(paths: list[Path]) -> list[Path]:
-    """Files as given; a directory stands for the supported files directly in it (by content), sorted by name."""
+def _out_of_range(pages: PageRanges, document: IngestedDocument) -> Problem:
+    return Problem("pages_out_of_range", f"pages {pages.text} asked for; the document has {document.page_count}")
+
+
+def expand_inputs(paths: list[Path], recursive: bool = False) -> list[Path]:
+    """Files as given; a directory stands for the supported files directly in it (by content), sorted by name, or
+    with `recursive` in it and every folder below it, sorted by path."""
     files: list[Path] = []
     for path in paths:
         if path.is_dir():
-            files.extend(child for child in sorted(path.iterdir()) if child.is_file() and _supported(child))
+            children = sorted(path.rglob("*")) if recursive else sorted(path.iterdir())
+            files.extend(child for child in children if child.is_file() and _supported(child))
         else:
             files.append(path)
     return files
@@ -136,7 +149,8 @@ def _run_pages(document: IngestedDocument, recognizer: Recognizer, layout: Layou
         if on_page is not None:
             on_page(done)
 
-    for batch in _batches(document.pages(), min(in_flight, max(1, options.layout_batch))):
+    sources = (source for source in document.pages() if options.pages is None or source.index in options.pages)
+    for batch in _batches(sources, min(in_flight, max(1, options.layout_batch))):
         for laid_out in lay_out_many(batch, layout, options.regions):
             window.append(_submit(laid_out, recognizer))
             while len(window) > in_flight:
@@ -222,13 +236,8 @@ def _laid_out(source: SourcePage, page: RenderedPage, found: list[Region] | Prob
     if isinstance(found, Problem):
         return _failed_page(source, page, layout.name, found, {"render": timings["render"]})
     prepared = _prepare(source, page, found, options)
-    return LaidOutPage(source.index, page, _backend_name(layout, source), prepared, timings)
-
-
-def _backend_name(layout: LayoutBackend, source: SourcePage) -> str:
-    """The backend that laid the page out: `auto` picks one per page and says which through `backend_for`."""
-    pick = getattr(layout, "backend_for", None)
-    return pick(source).name if pick is not None else layout.name
+    chosen = choose_layout(layout, source, page, found)
+    return LaidOutPage(source.index, page, chosen.name, prepared, timings, chosen.reason)
 
 
 def _prepare(source: SourcePage, page: RenderedPage, regions: list[Region],
@@ -251,13 +260,15 @@ def _finish(flight: _InFlight, page_count: int) -> FinishedPage:
     error = page_problem(regions)
     output = PageOutput(laid_out.source_index, "failed" if error else "succeeded", page.width_px, page.height_px,
                         page.width_pt, page.height_pt, page.dpi, page.rotation, laid_out.layout, regions, error,
-                        laid_out.timings_ms)
+                        laid_out.timings_ms, laid_out.layout_reason)
     return FinishedPage(output, page, page_count)
 
 
 def page_problem(regions: list[RegionOutput]) -> Problem | None:
-    """What fails a page: every region that went to the recognizer failed (pictures and text-layer text aside)."""
-    attempted = [region for region in regions if region.source in ("model", "cache") or region.error is not None]
+    """What fails a page: every region that went to the recognizer failed (pictures, text-layer text and regions
+    skipped for want of a model aside)."""
+    attempted = [region for region in regions if region.status != "skipped"
+                 and (region.source in ("model", "cache") or region.error is not None)]
     failures = [region.error for region in attempted if region.error is not None]
     if not attempted or len(failures) < len(attempted):
         return None
@@ -270,7 +281,7 @@ def _region_output(page: RenderedPage, item: PreparedRegion, recognition: Recogn
     base = RegionOutput(region.order, region.label, region.score, region.bbox, page.to_points(region.bbox),
                         item.task, "none")
     if item.task is None:
-        return base
+        return replace(base, source="text-layer", text=item.text) if item.text is not None else base
     if item.crop_box is None:
         return replace(base, error=Problem("empty_region", f"box {region.bbox} lies outside the page or has no area"))
     if item.text is not None:
@@ -283,7 +294,7 @@ def recognized_region(base: RegionOutput, recognition: Recognition | None) -> Re
     if recognition is None or recognition.error is not None:
         problem = Problem(recognition.error, recognition.message or recognition.error) if recognition \
             else Problem("recognition_failed", "the region was not recognised")
-        return replace(base, source="none", error=problem)
+        return replace(base, source="none", error=problem, skipped=recognition is not None and recognition.skipped)
     content = postprocess(base.task or "ocr", recognition.text, recognition.finish_reason)
     return replace(base, source="model", text=content.text, html=content.html, latex=content.latex,
                    finish_reason=recognition.finish_reason, truncated=content.truncated,

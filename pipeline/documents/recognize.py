@@ -9,6 +9,7 @@ a caller can put every region of many pages in flight together and let the engin
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -46,10 +47,15 @@ class Recognition:
     decode_ms: float = 0.0  # first token to last
     error: str | None = None
     message: str | None = None
+    skipped: bool = False  # not attempted: there is no model to recognise with (`error` and `message` say why)
 
     @classmethod
     def failed(cls, code: str, message: str) -> Recognition:
         return cls(error=code, message=message)
+
+    @classmethod
+    def skip(cls, code: str, message: str) -> Recognition:
+        return cls(error=code, message=message, skipped=True)
 
 
 class Recognizer(Protocol):
@@ -76,16 +82,19 @@ def recognize_all(recognizer: Recognizer, tasks: list[RecognitionTask]) -> list[
 
 
 class EngineRecognizer:
-    """A Recognizer on an in-process Engine: each region is one greedy request through the engine's loop."""
+    """A Recognizer on an in-process Engine: each region is one greedy request through the engine's loop, with the
+    repetition guard on (Request.guards_repetition), so a looping decode ends long before its task's limit."""
 
-    def __init__(self, engine: Engine, max_tokens: int, cache_salt: str = "") -> None:
+    def __init__(self, engine: Engine, max_tokens: int | Mapping[str, int], cache_salt: str = "") -> None:
+        """`max_tokens`: generated tokens at most, one number for every task or per task (engine_settings'
+        task_max_tokens)."""
         self.engine = engine
-        self.max_tokens = max_tokens
+        self.max_tokens = max_tokens if isinstance(max_tokens, Mapping) else dict.fromkeys(TASKS, max_tokens)
         self.cache_salt = cache_salt  # per-tenant prefix-cache salt (see DESIGN.md, engine invariant 1)
 
     def submit(self, task: RecognitionTask) -> Future[Recognition]:
         request_id = f"{task.tag}-{uuid.uuid4().hex[:12]}" if task.tag else None
-        request = Request(task_prompt(task.task), [task.image], max_tokens=self.max_tokens,
+        request = Request(task_prompt(task.task), [task.image], max_tokens=self.max_tokens[task.task],
                           cache_salt=self.cache_salt, request_id=request_id)
         result: Future[Recognition] = Future()
         try:

@@ -13,6 +13,7 @@ from pipeline.documents.render import DocumentStatus
 
 # Where a region's content came from: "none" is a picture (or a failure), "cache" a crop recognised before.
 RegionSource = Literal["model", "text-layer", "cache", "none"]
+RegionStatus = Literal["succeeded", "failed", "skipped"]
 PageStatus = Literal["succeeded", "failed"]
 
 
@@ -44,6 +45,11 @@ class RegionOutput:
     ttft_ms: float | None = None
     decode_ms: float | None = None
     error: Problem | None = None
+    skipped: bool = False  # needed the model and there was none: `error` says why, and it is no failure
+
+    @property
+    def status(self) -> RegionStatus:
+        return "skipped" if self.skipped else "failed" if self.error is not None else "succeeded"
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,7 @@ class PageOutput:
     regions: list[RegionOutput] = field(default_factory=list)
     error: Problem | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
+    layout_reason: str | None = None  # why `layout` laid the page out when another was asked for
 
 
 @dataclass(frozen=True)
@@ -73,3 +80,4 @@ class DocumentOutput:
     error: Problem | None = None
     model: str | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
+    model_revision: str | None = None  # the hub commit or weights digest of `model`, once it was loaded

@@ -108,8 +108,8 @@ class Engine:
         device = resolve_device(engine_config.device)
         dtype = resolve_dtype(engine_config.dtype, device)
         directory = resolve_checkpoint(path_or_id)
-        model = load_model(directory, device, dtype)
-        return cls(model, Processor.from_pretrained(directory), engine_config)
+        processor = Processor.from_pretrained(directory)  # first: its files are small, a broken one fails at once
+        return cls(load_model(directory, device, dtype), processor, engine_config)
 
     def _kv_memory(self) -> int:
         if self.config.kv_cache_memory:

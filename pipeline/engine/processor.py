@@ -9,17 +9,19 @@ model.
 from __future__ import annotations
 
 import io
-import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from jinja2 import TemplateSyntaxError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from PIL import Image, UnidentifiedImageError
 
+from .errors import CheckpointError
+from .model.config import FETCH_AGAIN, read_json
 from .model.rope import Grid
 
 TASK_PROMPTS = {
@@ -30,7 +32,11 @@ TASK_PROMPTS = {
     "spotting": "Spotting:",
     "seal": "Seal Recognition:",
 }
+PROMPT_TASKS = {prompt: task for task, prompt in TASK_PROMPTS.items()}
 DEFAULT_MAX_IMAGE_PIXELS = 100_000_000
+# PaddleOCR-VL-1.5's model card: spotting reads small text over the whole crop, so it gets a larger pixel budget
+# than the checkpoint's other tasks and doubles (LANCZOS) an image whose both sides are under 1500 px.
+TASK_IMAGE_SETTINGS: dict[str, dict[str, int]] = {"spotting": {"max_pixels": 2048 * 28 * 28, "upscale_below": 1500}}
 MAX_ASPECT_RATIO = 200
 
 
@@ -72,7 +78,9 @@ def load_image(source: Image.Image | bytes | str | Path, max_pixels: int = DEFAU
             image = Image.open(io.BytesIO(data))
         except Image.DecompressionBombError as exc:
             raise ImageError("too_many_pixels", str(exc)) from exc
-        except (UnidentifiedImageError, OSError, ValueError) as exc:
+        except UnidentifiedImageError as exc:  # its message is only the BytesIO's repr
+            raise ImageError("undecodable", "not an image PIL can read (PNG, JPEG, TIFF, WebP, …)") from exc
+        except (OSError, ValueError) as exc:
             raise ImageError("undecodable", f"not a decodable image ({exc})") from exc
     width, height = image.size
     if width == 0 or height == 0:
@@ -104,10 +112,12 @@ class ImageSettings:
     std: tuple[float, ...] = (0.5, 0.5, 0.5)
     rescale_factor: float = 1 / 255
     max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
+    upscale_below: int = 0  # an image whose both sides are shorter is doubled first; 0: never
 
     @classmethod
     def from_file(cls, path: Path, **overrides: Any) -> ImageSettings:
-        raw = json.loads(path.read_text())
+        """The checkpoint's own limits (they differ by version: v1 min 147384 / max 2822400, 1.5 112896 / 1003520)."""
+        raw = read_json(path, "preprocessor")
         size = raw.get("size") or {}
         values = {
             "min_pixels": raw.get("min_pixels", size.get("shortest_edge", cls.min_pixels)),
@@ -119,12 +129,30 @@ class ImageSettings:
             "rescale_factor": raw.get("rescale_factor", cls.rescale_factor),
         }
         values.update(overrides)
-        return cls(**values)
+        settings = cls(**values)
+        if not _usable(settings):
+            raise CheckpointError(f"{path}: min_pixels {settings.min_pixels}, max_pixels {settings.max_pixels}, "
+                                  f"patch_size {settings.patch_size}, merge_size {settings.merge_size} are not "
+                                  f"usable image limits. {FETCH_AGAIN}", "bad_preprocessor")
+        return settings
+
+    def for_task(self, task: str | None) -> ImageSettings:
+        """These settings as `task` needs them (TASK_IMAGE_SETTINGS); the checkpoint's own for the other tasks."""
+        return replace(self, **TASK_IMAGE_SETTINGS.get(task or "", {}))
+
+
+def _usable(settings: ImageSettings) -> bool:
+    try:
+        return 0 < settings.min_pixels <= settings.max_pixels and settings.patch_size > 0 and settings.merge_size > 0
+    except TypeError:  # a limit given as a string or a list
+        return False
 
 
 def preprocess_image(image: Image.Image, settings: ImageSettings) -> tuple[torch.Tensor, Grid]:
     """Resize, normalise and cut into raster-order patches → ((gh·gw, 3, p, p), (1, gh, gw))."""
     image = to_rgb(image)
+    if image.width < settings.upscale_below and image.height < settings.upscale_below:
+        image = image.resize((image.width * 2, image.height * 2), Image.Resampling.LANCZOS)
     p = settings.patch_size
     height, width = smart_resize(image.height, image.width, p * settings.merge_size,
                                  settings.min_pixels, settings.max_pixels)
@@ -172,13 +200,12 @@ class Processor:
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, **image_overrides: Any) -> Processor:
-        from transformers import AutoTokenizer
-
+        """The checkpoint's processor; CheckpointError names the file that is missing or broken and the fix."""
         directory = Path(directory)
-        tokenizer = AutoTokenizer.from_pretrained(str(directory))
-        config = json.loads((directory / "config.json").read_text())
+        config = read_json(directory / "config.json", "config")
         settings = ImageSettings.from_file(directory / "preprocessor_config.json", **image_overrides)
-        return cls(tokenizer, _chat_template(directory), settings, config.get("image_token_id", 100295))
+        template = _chat_template(directory)
+        return cls(_tokenizer(directory), template, settings, config.get("image_token_id", 100295))
 
     @property
     def eos_token_id(self) -> int:
@@ -191,28 +218,27 @@ class Processor:
 
     def encode_messages(self, messages: list[dict[str, Any]]) -> Prompt:
         """Render and tokenise chat messages; image parts carry a PIL image (or bytes/path) under "image"."""
-        images = [
-            part["image"] for m in normalize_messages(messages) for part in m["content"] if part.get("type") == "image"
-        ]
+        parts = [part for m in normalize_messages(messages) for part in m["content"]]
+        images = [part["image"] for part in parts if part.get("type") == "image"]
+        text = "".join(part.get("text", "") for part in parts if part.get("type") == "text").strip()
         ids = self.tokenizer(self.render(messages), add_special_tokens=False)["input_ids"]
-        return self._with_images(ids, images)
+        return self._with_images(ids, images, self.settings.for_task(PROMPT_TASKS.get(text)))
 
     def encode(self, prompt: str, images: list[Any] | None = None) -> Prompt:
         """One user turn: the images first, then the text (a task prompt such as `OCR:`)."""
         parts = [{"type": "image", "image": image} for image in images or []] + [{"type": "text", "text": prompt}]
         return self.encode_messages([{"role": "user", "content": parts}])
 
-    def _with_images(self, ids: list[int], images: list[Any]) -> Prompt:
+    def _with_images(self, ids: list[int], images: list[Any], settings: ImageSettings | None = None) -> Prompt:
+        settings = settings or self.settings
         placeholders = sum(1 for i in ids if i == self.image_token_id)
         if placeholders != len(images):
             raise ValueError(f"prompt has {placeholders} image placeholders for {len(images)} images")
         if not images:
             return Prompt(list(ids))
-        processed = [
-            preprocess_image(load_image(image, self.settings.max_image_pixels), self.settings) for image in images
-        ]
+        processed = [preprocess_image(load_image(image, settings.max_image_pixels), settings) for image in images]
         grids = [grid for _, grid in processed]
-        merge = self.settings.merge_size ** 2
+        merge = settings.merge_size ** 2
         expanded: list[int] = []
         counts = iter(t * h * w // merge for t, h, w in grids)
         for token in ids:
@@ -223,12 +249,34 @@ class Processor:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
 
+def _tokenizer(directory: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    path = directory / "tokenizer.json"
+    if not path.exists() and not (directory / "tokenizer.model").exists():
+        raise CheckpointError(f"{path}: not found (nor tokenizer.model). {FETCH_AGAIN}", "no_tokenizer")
+    try:
+        return AutoTokenizer.from_pretrained(str(directory))
+    except Exception as exc:  # transformers and tokenizers raise many types for one cause: files it cannot use
+        reason = " ".join(f"{type(exc).__name__}: {exc}".split())
+        raise CheckpointError(f"{path}: the tokenizer does not load ({reason}). {FETCH_AGAIN}",
+                              "bad_tokenizer") from exc
+
+
 def _chat_template(directory: Path) -> str:
+    """The checkpoint's template, from chat_template.jinja or the JSON files older checkpoints keep it in."""
     path = directory / "chat_template.jinja"
-    if path.exists():
-        return path.read_text()
+    template = path.read_text() if path.exists() else None
     for name in ("chat_template.json", "tokenizer_config.json"):
-        candidate = directory / name
-        if candidate.exists() and (template := json.loads(candidate.read_text()).get("chat_template")):
-            return template
-    raise FileNotFoundError(f"{directory}: no chat template (chat_template.jinja)")
+        if template is None and (directory / name).exists():
+            path = directory / name
+            template = read_json(path, "chat_template").get("chat_template")
+    if not template:
+        raise CheckpointError(f"{directory / 'chat_template.jinja'}: not found, and neither chat_template.json nor "
+                              f"tokenizer_config.json holds a chat_template. {FETCH_AGAIN}", "no_chat_template")
+    try:
+        ImmutableSandboxedEnvironment().parse(template)
+    except TemplateSyntaxError as exc:
+        raise CheckpointError(f"{path}: the chat template does not parse (line {exc.lineno}: {exc.message}). "
+                              f"{FETCH_AGAIN}", "bad_chat_template") from exc
+    return template

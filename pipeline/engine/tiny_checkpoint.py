@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import string
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -21,6 +21,7 @@ from safetensors.torch import save_file
 from .model.config import ModelConfig, TextConfig, VisionConfig
 from .model.loader import checkpoint_targets
 from .model.paddleocr_vl import PaddleOCRVL
+from .tiny_versions import write_version_files
 
 SPECIAL_IDS = {
     "<unk>": 0, "<s>": 1, "</s>": 2,
@@ -32,61 +33,6 @@ OTSL_TAGS = ["<fcel>", "<ecel>", "<lcel>", "<ucel>", "<xcel>", "<nl>"]
 SPOTTING_TAGS = ["<|TEXT_START|>", "<|TEXT_END|>", "<|LOC_BEGIN|>", "<|LOC_END|>"] + [
     f"<|LOC_{i}|>" for i in range(1001)]
 _OTSL_FIRST_ID, _SPOTTING_FIRST_ID = 101000, 101310
-
-PREPROCESSOR = {
-    "image_processor_type": "PaddleOCRVLImageProcessor",
-    "processor_class": "PaddleOCRVLProcessor",
-    "do_convert_rgb": True, "do_normalize": True, "do_rescale": True, "do_resize": True,
-    "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
-    "min_pixels": 147384, "max_pixels": 2822400,
-    "merge_size": 2, "patch_size": 14, "temporal_patch_size": 1,
-    "resample": 3, "rescale_factor": 1 / 255,
-}
-
-CHAT_TEMPLATE = """{%- if not add_generation_prompt is defined -%}
-    {%- set add_generation_prompt = true -%}
-{%- endif -%}
-{%- if not cls_token is defined -%}
-    {%- set cls_token = "<|begin_of_sentence|>" -%}
-{%- endif -%}
-{%- if not eos_token is defined -%}
-    {%- set eos_token = "</s>" -%}
-{%- endif -%}
-{{- cls_token -}}
-{%- for message in messages -%}
-    {%- if message["role"] == "user" -%}
-        {{- "User: " -}}
-        {%- for content in message["content"] -%}
-            {%- if content["type"] == "image" -%}
-                {{ "<|IMAGE_START|><|IMAGE_PLACEHOLDER|><|IMAGE_END|>" }}
-            {%- endif -%}
-        {%- endfor -%}
-        {%- for content in message["content"] -%}
-            {%- if content["type"] == "text" -%}
-                {{ content["text"] }}
-            {%- endif -%}
-        {%- endfor -%}
-        {{ "\\n" -}}
-    {%- elif message["role"] == "assistant" -%}
-        {{- "Assistant:\\n" -}}
-        {%- for content in message["content"] -%}
-            {%- if content["type"] == "text" -%}
-                {{ content["text"] }}
-            {%- endif -%}
-        {%- endfor -%}
-        {{ eos_token -}}
-    {%- elif message["role"] == "system" -%}
-        {%- for content in message["content"] -%}
-            {%- if content["type"] == "text" -%}
-                {{ content["text"] + "\\n" }}
-            {%- endif -%}
-        {%- endfor -%}
-    {%- endif -%}
-{%- endfor -%}
-{%- if add_generation_prompt -%}
-    {{- "Assistant:\\n" -}}
-{%- endif -%}
-"""
 
 _CORPUS = (
     "OCR: Table Recognition: Formula Recognition: Chart Recognition: Spotting: Seal Recognition: "
@@ -115,6 +61,7 @@ class TinySpec:
     tied: bool = False
     layout: str = "hub"
     head_scale: float = 4.0
+    version: str = "1.0"  # which version's files (tiny_versions.VERSIONS): config layout, pixel limits, template
 
     @classmethod
     def bench(cls) -> TinySpec:
@@ -143,7 +90,7 @@ def write_tiny_checkpoint(directory: str | Path, spec: TinySpec | None = None) -
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     config = spec.model_config()
-    (out / "config.json").write_text(json.dumps(_hub_config(config, spec), indent=2))
+    write_version_files(out, config, spec.version, spec.tied)
     tensors = _random_tensors(config, spec)
     if spec.layout == "transformers":
         tensors = {_transformers_key(k): v for k, v in tensors.items()}
@@ -151,31 +98,8 @@ def write_tiny_checkpoint(directory: str | Path, spec: TinySpec | None = None) -
         raise ValueError(f"unknown layout {spec.layout!r}: use 'hub' or 'transformers'")
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     _write_tokenizer(out, spec.vocab_size)
-    (out / "preprocessor_config.json").write_text(json.dumps(PREPROCESSOR, indent=2))
-    (out / "chat_template.jinja").write_text(CHAT_TEMPLATE)
     (out / "generation_config.json").write_text(json.dumps({"eos_token_id": 2, "pad_token_id": 0, "use_cache": False}))
     return out
-
-
-def _hub_config(config: ModelConfig, spec: TinySpec) -> dict:
-    text = config.text
-    vision = asdict(config.vision)
-    vision.pop("rope_theta")
-    return {
-        "architectures": ["PaddleOCRVLForConditionalGeneration"],
-        "model_type": "paddleocr_vl",
-        "vocab_size": text.vocab_size, "hidden_size": text.hidden_size, "intermediate_size": text.intermediate_size,
-        "num_hidden_layers": text.num_hidden_layers, "num_attention_heads": text.num_attention_heads,
-        "num_key_value_heads": text.num_key_value_heads, "head_dim": text.head_dim, "hidden_act": "silu",
-        "rms_norm_eps": text.rms_norm_eps, "rope_theta": text.rope_theta,
-        "rope_scaling": {"mrope_section": list(text.mrope_section), "rope_type": "default", "type": "default"},
-        "rope_is_neox_style": True, "use_3d_rope": True, "use_bias": False, "max_position_embeddings": 131072,
-        "tie_word_embeddings": spec.tied, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
-        "image_token_id": config.image_token_id, "vision_start_token_id": config.vision_start_token_id,
-        "vision_end_token_id": config.vision_end_token_id, "video_token_id": 101307, "torch_dtype": "float32",
-        "vision_config": {**vision, "hidden_act": "gelu_pytorch_tanh", "model_type": "paddleocr_vl",
-                          "temporal_patch_size": 2, "tokens_per_second": 2, "attention_dropout": 0.0},
-    }
 
 
 def _random_tensors(config: ModelConfig, spec: TinySpec) -> dict[str, torch.Tensor]:

@@ -369,9 +369,11 @@ def run_stage(ctx: Context, stage: Stage, key: str | int) -> None:
     started = time.perf_counter()
     try:
         STAGES[stage](ctx, key)
-    except Exception:
-        log.warning("%s %s raised", stage, key, extra={**fields, "outcome": "raised",
-                                                      "duration_ms": _since(started)}, exc_info=True)
+    except Exception as exc:
+        code = getattr(exc, "code", None)  # a typed error (a checkpoint that does not load): its code, no traceback
+        coded = {"code": code} if code else {}
+        log.warning("%s %s raised: %s", stage, key, exc, exc_info=code is None,
+                    extra={**fields, "outcome": "raised", "duration_ms": _since(started), **coded})
         raise
     log.info("%s %s done", stage, key, extra={**fields, "outcome": "done", "duration_ms": _since(started)})
 

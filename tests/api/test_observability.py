@@ -47,3 +47,14 @@ def test_metrics_count_requests_by_route_template_and_show_documents_queues_and_
     assert "quire_pages_per_second 0.0" in text
     assert 'quire_queue_depth{queue="cpu"} 3.0' in text
     assert "quire_engine_blocks_used 12.0" in text and "quire_engine_prefix_hit_tokens_total 640.0" in text
+
+
+def test_readyz_names_a_database_that_does_not_exist_by_its_stable_code(settings: Settings) -> None:
+    missing = settings.model_copy(
+        update={"database_url": "postgresql+psycopg://postgres@127.0.0.1:5432/quire_no_such_database"})
+    with TestClient(create_app(missing, RecordingDispatcher(), tenant="acme")) as client:
+        response = client.get("/readyz")
+    assert response.status_code == 503
+    [problem] = response.json()["problems"]
+    assert problem.startswith('database: database_missing: postgresql+psycopg://postgres@127.0.0.1:5432/'
+                              'quire_no_such_database: database "quire_no_such_database" does not exist. Create it')

@@ -72,6 +72,13 @@ def test_headers_footers_and_page_numbers_are_left_out_unless_asked_for():
     assert "Journal of Examples" not in page_markdown(ARTICLE)
 
 
+def test_the_words_printed_on_a_picture_are_its_alt_text():
+    chart = region(0, "chart", "0 10 20\nZeit [s] -- a\\b", task=None, source="text-layer")
+    linked = MarkdownOptions(pictures={(0, 0): "p.pages/page-0001-region-000.png"})
+    assert page_markdown(page([chart]), linked) == r"![0 10 20 Zeit \[s\] -- a\\b](p.pages/page-0001-region-000.png)"
+    assert page_markdown(page([chart])) == "<!-- chart: 0 10 20 Zeit [s] - - a\\b -->"
+
+
 def test_a_picture_links_to_its_saved_crop():
     options = MarkdownOptions(pictures={(0, 8): "paper.pages/page-0001-region-008.png"})
     assert "![image](paper.pages/page-0001-region-008.png)" in page_markdown(ARTICLE, options)

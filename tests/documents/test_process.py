@@ -14,9 +14,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from pipeline.documents.assemble import document_json, load_schema
+from pipeline.documents.assemble import document_json, document_markdown, load_schema
 from pipeline.documents.ingest import Limits, SourcePage
 from pipeline.documents.layout import PageLayout, Region
+from pipeline.documents.lazy_recognizer import LazyRecognizer, ModelUnavailable
+from pipeline.documents.page_ranges import parse_page_ranges
 from pipeline.documents.process import ProcessOptions, expand_inputs, process_document, process_file
 from pipeline.documents.recognize import EngineRecognizer, Recognition, RecognitionTask
 from pipeline.documents.regions import RegionOptions
@@ -217,3 +219,41 @@ def test_the_engine_recognizer_runs_a_real_tiny_model(tiny_checkpoint: Path):
     assert all(r.source == "model" and r.prompt_tokens > 0 and 1 <= r.generated_tokens <= 4 for r in regions)
     assert all(r.finish_reason in {"stop", "length", "repetition"} and r.ttft_ms > 0 for r in regions)
     jsonschema.validate(document_json(result), load_schema())
+
+
+def test_regions_skipped_for_want_of_a_model_leave_the_page_succeeded_and_the_markdown_clean():
+    def refuse() -> None:
+        raise ModelUnavailable("model_none", "no model was asked for")
+
+    class OnThePage(Article):
+        BOXES = Article.BOXES[:-1]
+
+    result = process_document(corpus_bytes("minimal-document.pdf"), "m.pdf", LazyRecognizer(refuse), OnThePage(),
+                              NO_TEXT_LAYER)
+    title, text, table, formula, image, number = result.pages[0].regions
+    assert [r.status for r in (title, table, formula, image)] == ["skipped", "skipped", "skipped", "succeeded"]
+    assert (table.error.code, table.source, table.text) == ("model_none", "none", None)
+    assert result.status == "succeeded" and result.pages[0].status == "succeeded"
+    assert document_markdown(result) == "<!-- image -->\n"
+    jsonschema.validate(document_json(result), load_schema())
+
+
+def test_only_the_pages_asked_for_are_processed_keeping_their_numbers():
+    options = replace(NO_TEXT_LAYER, pages=parse_page_ranges("2-3"))
+    result = process_document(corpus_bytes("pdflatex-4-pages.pdf"), "p.pdf", Scripted(), PageLayout(), options)
+    assert [page.index for page in result.pages] == [1, 2] and result.status == "succeeded"
+
+
+def test_pages_asked_for_past_the_last_page_fail_the_document_saying_how_many_it_has():
+    options = replace(NO_TEXT_LAYER, pages=parse_page_ranges("9-"))
+    result = process_document(corpus_bytes("pdflatex-4-pages.pdf"), "p.pdf", Scripted(), PageLayout(), options)
+    assert (result.status, result.error.code) == ("failed", "pages_out_of_range")
+    assert "the document has 4" in result.error.message
+
+
+def test_a_recursive_scan_finds_the_files_in_folders_below(tmp_path):
+    (tmp_path / "sub" / "deeper").mkdir(parents=True)
+    (tmp_path / "a.pdf").write_bytes(corpus_bytes("minimal-document.pdf"))
+    (tmp_path / "sub" / "deeper" / "b.tiff").write_bytes(tiff_pages([(10, 10)]))
+    assert expand_inputs([tmp_path]) == [tmp_path / "a.pdf"]
+    assert expand_inputs([tmp_path], recursive=True) == [tmp_path / "a.pdf", tmp_path / "sub" / "deeper" / "b.tiff"]

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import io
+import shutil
 import zlib
 
 import pytest
 import torch
 from PIL import Image
 
-from pipeline.engine.processor import TASK_PROMPTS, ImageError, Processor, smart_resize
-from tests.reference import hf_inputs, random_image, user_turn
+from pipeline.engine.errors import CheckpointError
+from pipeline.engine.processor import TASK_IMAGE_SETTINGS, TASK_PROMPTS, ImageError, Processor, smart_resize
+from pipeline.engine.tiny_checkpoint import TinySpec
+from tests.reference import hf_inputs, hf_processor, random_image, user_turn
 
 IMAGES = [("RGB", 100, 60), ("RGBA", 333, 221), ("L", 640, 480), ("RGB", 10, 500), ("RGB", 3000, 2000)]
 
@@ -105,3 +108,41 @@ def test_a_huge_encoded_image_is_refused_from_its_header(processor):
 def test_mismatched_images_and_placeholders_are_refused(processor):
     with pytest.raises(ValueError, match="placeholders"):
         processor._with_images([1, 2, 3], [random_image(10, 10)])
+
+
+def test_spotting_doubles_a_small_image_and_takes_its_larger_pixel_budget_as_transformers_does(checkpoint_factory):
+    directory = checkpoint_factory(TinySpec(version="1.5"))
+    image = random_image(600, 400)
+    doubled = image.resize((1200, 800), Image.Resampling.LANCZOS)
+    spotting = TASK_IMAGE_SETTINGS["spotting"]
+    size = {"shortest_edge": 112896, "longest_edge": spotting["max_pixels"]}
+    ref = hf_processor(directory).image_processor(doubled, size=size, return_tensors="pt")
+    processor = Processor.from_pretrained(directory)
+    ours = processor.encode(TASK_PROMPTS["spotting"], [image])
+    assert ours.grids == [tuple(ref["image_grid_thw"][0].tolist())]
+    assert torch.equal(ours.pixel_values, ref["pixel_values"])
+    assert processor.encode(TASK_PROMPTS["ocr"], [image]).grids == [(1, 28, 42)]  # 1.5's own max_pixels
+
+
+def _broken(tiny_checkpoint, tmp_path, name: str, content: str | None):
+    shutil.copytree(tiny_checkpoint, tmp_path, dirs_exist_ok=True)
+    if content is None:
+        (tmp_path / name).unlink()
+    else:
+        (tmp_path / name).write_text(content)
+    return tmp_path
+
+
+@pytest.mark.parametrize(("name", "content", "code"), [
+    ("tokenizer.json", '{"version": "1.0", "trunc', "bad_tokenizer"),
+    ("preprocessor_config.json", None, "no_preprocessor"),
+    ("preprocessor_config.json", "{not json", "bad_preprocessor"),
+    ("preprocessor_config.json", '{"min_pixels": "many"}', "bad_preprocessor"),
+    ("chat_template.jinja", None, "no_chat_template"),
+    ("chat_template.jinja", "{% for m in messages %}{{ m.content }", "bad_chat_template"),
+])
+def test_a_missing_or_broken_file_is_a_checkpoint_error_naming_it(tiny_checkpoint, tmp_path, name, content, code):
+    directory = _broken(tiny_checkpoint, tmp_path, name, content)
+    with pytest.raises(CheckpointError, match=rf"{directory / name}: .*quire models pull") as caught:
+        Processor.from_pretrained(directory)
+    assert caught.value.code == code

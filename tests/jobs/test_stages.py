@@ -5,18 +5,21 @@ again without changing anything."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 
 import jsonschema
+import pytest
 from sqlalchemy import func, select
 
 from pipeline.db.models import Document, Page, RecognitionCache, Region
 from pipeline.db.session import session_scope
 from pipeline.documents.assemble import load_schema
+from pipeline.engine.errors import CheckpointError
 from pipeline.engine.scheduler import Step
 from pipeline.jobs.cancel import cancel_document
-from pipeline.jobs.stages import STAGES
+from pipeline.jobs.stages import STAGES, run_stage
 from tests.documents.samples import ENCRYPTED, ENCRYPTED_PASSWORD
 from tests.jobs.conftest import accept, wait_until_final
 from tests.jobs.expected import CORPUS, comparable, pdf_with_an_unrenderable_page, processed
@@ -190,3 +193,15 @@ def snapshot(workers: EmbeddedWorkers, document_id: str) -> tuple:
                                .order_by(Region.page_id, Region.index)).all()
         return (document.status, document.pages_done, document.result_key, document.markdown_key,
                 [tuple(row) for row in rows])
+
+
+def test_a_stage_failing_on_a_typed_error_logs_its_code_and_no_traceback(monkeypatch, caplog):
+    def cannot_load(ctx, key):
+        raise CheckpointError("/models/ocr/config.json: not found", "no_config")
+
+    monkeypatch.setitem(STAGES, "recognize", cannot_load)
+    with caplog.at_level(logging.WARNING), pytest.raises(CheckpointError):
+        run_stage(None, "recognize", 7)
+    [record] = [r for r in caplog.records if r.getMessage().startswith("recognize 7 raised")]
+    assert record.getMessage().endswith("/models/ocr/config.json: not found")
+    assert record.code == "no_config" and not record.exc_info

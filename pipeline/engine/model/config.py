@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import CheckpointError
+
 
 @dataclass(frozen=True)
 class VisionConfig:
@@ -69,7 +71,49 @@ class ModelConfig:
 
     @classmethod
     def from_file(cls, path: str | Path) -> ModelConfig:
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        """The config of a checkpoint directory's config.json; CheckpointError names the file and the fix when it
+        is missing, unreadable or describes another model."""
+        path = Path(path)
+        raw = read_json(path, "config")
+        _check_architecture(raw, path)
+        try:
+            return cls.from_dict(raw)
+        except (TypeError, ValueError) as exc:
+            raise CheckpointError(f"{path}: not a valid PaddleOCR-VL config ({exc}). {FETCH_AGAIN}",
+                                  "bad_config") from exc
+
+
+FETCH_AGAIN = "Fetch the checkpoint again (`quire models pull`) or pass a complete checkpoint directory with --model."
+ARCHITECTURES = frozenset({"PaddleOCRVLForConditionalGeneration"})
+MODEL_TYPE = "paddleocr_vl"
+
+
+def read_json(path: Path, what: str) -> dict[str, Any]:
+    """A checkpoint's JSON file as a dict; `what` names it in the error code (`no_config`, `bad_preprocessor`)."""
+    if not path.is_file():
+        raise CheckpointError(
+            f"{path}: not found, so {path.parent} is not a complete PaddleOCR-VL checkpoint (it needs config.json, "
+            f"model.safetensors, tokenizer files, preprocessor_config.json and a chat template). {FETCH_AGAIN}",
+            f"no_{what}")
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path}: not readable JSON ({exc}). {FETCH_AGAIN}", f"bad_{what}") from exc
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{path}: a JSON object expected, found {type(raw).__name__}. {FETCH_AGAIN}",
+                              f"bad_{what}")
+    return raw
+
+
+def _check_architecture(raw: dict[str, Any], path: Path) -> None:
+    """Another model's config would load into the wrong shapes or fail deep inside: refuse it by name first."""
+    model_type = raw.get("model_type", MODEL_TYPE)
+    architectures = set(raw.get("architectures") or ARCHITECTURES)
+    if model_type != MODEL_TYPE or not architectures & ARCHITECTURES:
+        named = ", ".join(sorted(architectures))
+        raise CheckpointError(
+            f"{path}: model_type {model_type!r} ({named}) is not PaddleOCR-VL; Quire runs PaddleOCR-VL checkpoints "
+            "(v1, 1.5, 1.6, e.g. `--model PaddlePaddle/PaddleOCR-VL`).", "unknown_architecture")
 
 
 def _rope_params(raw: dict[str, Any]) -> dict[str, Any]:

@@ -6,7 +6,6 @@ at a time, so loading never holds a second full copy of the weights.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Iterator
@@ -17,7 +16,8 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import nn
 
-from .config import ModelConfig
+from ..errors import CheckpointError
+from .config import FETCH_AGAIN, ModelConfig
 from .paddleocr_vl import PaddleOCRVL
 
 CHECKPOINT_FILES = ["*.json", "*.safetensors", "*.jinja", "tokenizer*", "*.model"]
@@ -30,13 +30,9 @@ _RENAMES = [
 
 
 HOW_TO_GET_WEIGHTS = (
-    "Download the model with `huggingface-cli download PaddlePaddle/PaddleOCR-VL --local-dir DIR` on a connected "
-    "machine and pass DIR, or run `quire demo` for the tiny random checkpoint."
+    "Fetch the model with `quire models pull` (on a connected machine; `--dir DIR` to place it, then pass DIR), "
+    "or run `quire demo` for the tiny random checkpoint."
 )
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be loaded: the message names the tensor key and the file."""
 
 
 def resolve_checkpoint(path_or_id: str | Path) -> Path:
@@ -45,27 +41,15 @@ def resolve_checkpoint(path_or_id: str | Path) -> Path:
     if path.is_dir():
         return path
     if path.exists() or str(path_or_id).startswith((".", "/", "~")):
-        raise CheckpointError(f"{path_or_id}: not a checkpoint directory. {HOW_TO_GET_WEIGHTS}")
+        raise CheckpointError(f"{path_or_id}: not a checkpoint directory. {HOW_TO_GET_WEIGHTS}", "model_unavailable")
     from huggingface_hub import snapshot_download
 
     try:
         return Path(snapshot_download(str(path_or_id), allow_patterns=CHECKPOINT_FILES))
     except Exception as exc:  # offline, unknown repo, gated: all mean "not available here"
         raise CheckpointError(
-            f"{path_or_id}: not a local directory and could not be fetched from the hub ({exc}). {HOW_TO_GET_WEIGHTS}"
-        ) from exc
-
-
-def checkpoint_revision(directory: Path) -> str:
-    """A digest of the checkpoint's config and weights: results cached under it are valid exactly as long as the
-    weights are the same, wherever they were copied to (a hub snapshot, a volume, another machine)."""
-    digest = hashlib.sha256()
-    for path in sorted({directory / "config.json", *weight_files(directory).values()}):
-        digest.update(path.name.encode() + b"\0")
-        with path.open("rb") as handle:
-            while chunk := handle.read(1 << 22):
-                digest.update(chunk)
-    return digest.hexdigest()
+            f"{path_or_id}: not a local directory and could not be fetched from the hub ({exc}). {HOW_TO_GET_WEIGHTS}",
+            "model_unavailable") from exc
 
 
 def hub_key(key: str) -> str:
@@ -84,12 +68,14 @@ def weight_files(directory: Path) -> dict[str, Path]:
         return {key: directory / name for key, name in weight_map.items()}
     single = directory / "model.safetensors"
     if not single.exists():
-        raise CheckpointError(f"{directory}: no model.safetensors or model.safetensors.index.json")
+        raise CheckpointError(f"{directory}: no model.safetensors or model.safetensors.index.json. {FETCH_AGAIN}",
+                              "no_weights")
     try:
         with safe_open(single, framework="pt") as f:
             return {key: single for key in f.keys()}
     except (SafetensorError, OSError) as exc:
-        raise CheckpointError(f"{single}: unreadable safetensors file ({exc})") from exc
+        raise CheckpointError(f"{single}: unreadable safetensors file, truncated or corrupt ({exc}). {FETCH_AGAIN}",
+                              "corrupt_weights") from exc
 
 
 def load_model(
@@ -99,18 +85,29 @@ def load_model(
     config = ModelConfig.from_file(directory / "config.json")
     with torch.device("meta"):
         model = PaddleOCRVL(config)
-    targets = checkpoint_targets(model)
-    expected = {name: target.shape for name, target in targets.items()}
-    files = {hub_key(k): (k, f) for k, f in weight_files(directory).items() if not _IGNORED.search(k)}
-    _check_keys(expected, files, directory)
+    targets, files = checked_tensor_names(model, directory)
     for name, key, file, tensor in _tensors(files):
-        if tensor.shape != expected[name]:
-            raise CheckpointError(
-                f"{file.name}: tensor {key} has shape {tuple(tensor.shape)}, expected {tuple(expected[name])}")
+        check_shape(key, file, tensor.shape, targets[name].shape)
         _assign(model, targets[name], tensor.to(device=device, dtype=dtype))
     if "lm_head.weight" not in files:
         model.lm_head.weight = model.model.embed_tokens.weight
     return model.eval()
+
+
+def checked_tensor_names(
+    model: nn.Module, directory: Path
+) -> tuple[dict[str, Target], dict[str, tuple[str, Path]]]:
+    """(the model's targets, the checkpoint's tensors by hub name → (key, file)), refused when a tensor the model
+    needs is missing or one it has no place for is there: the checks `quire models pull` runs without weights."""
+    targets = checkpoint_targets(model)
+    files = {hub_key(k): (k, f) for k, f in weight_files(directory).items() if not _IGNORED.search(k)}
+    _check_keys({name: target.shape for name, target in targets.items()}, files, directory)
+    return targets, files
+
+
+def check_shape(key: str, file: Path, shape: torch.Size, expected: torch.Size) -> None:
+    if shape != expected:
+        raise CheckpointError(f"{file.name}: tensor {key} has shape {tuple(shape)}, expected {tuple(expected)}")
 
 
 def _check_keys(expected: dict[str, torch.Size], files: dict[str, tuple[str, Path]], directory: Path) -> None:
@@ -139,7 +136,8 @@ def _tensors(files: dict[str, tuple[str, Path]]) -> Iterator[tuple[str, str, Pat
                 for name, key in entries:
                     yield name, key, file, f.get_tensor(key)
         except (SafetensorError, OSError) as exc:
-            raise CheckpointError(f"{file.name}: cannot read tensor {key} ({exc})") from exc
+            raise CheckpointError(f"{file}: cannot read tensor {key}, the file is truncated or corrupt ({exc}). "
+                                  f"{FETCH_AGAIN}", "corrupt_weights") from exc
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -96,14 +97,6 @@ def test_wrongly_shaped_tensor_is_named_with_both_shapes(tiny_checkpoint, tmp_pa
         load_model(bad)
 
 
-def test_truncated_safetensors_file_is_a_clear_error(tiny_checkpoint, tmp_path):
-    shutil.copytree(tiny_checkpoint, tmp_path, dirs_exist_ok=True)
-    path = tmp_path / "model.safetensors"
-    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-    with pytest.raises(CheckpointError, match=r"model\.safetensors"):
-        load_model(tmp_path)
-
-
 def test_unknown_hub_id_offline_says_how_to_get_weights(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(CheckpointError, match="quire demo"):
@@ -113,3 +106,36 @@ def test_unknown_hub_id_offline_says_how_to_get_weights(monkeypatch):
 def test_missing_local_directory_is_refused(tmp_path):
     with pytest.raises(CheckpointError, match="not a checkpoint directory"):
         resolve_checkpoint(tmp_path / "nowhere")
+
+
+def test_a_directory_without_config_json_names_the_file_and_the_fix(tmp_path):
+    with pytest.raises(CheckpointError, match=rf"{tmp_path / 'config.json'}: not found.*quire models pull") as caught:
+        load_model(tmp_path)
+    assert caught.value.code == "no_config"
+
+
+def test_an_unreadable_config_is_a_bad_config(tiny_checkpoint, tmp_path):
+    shutil.copytree(tiny_checkpoint, tmp_path, dirs_exist_ok=True)
+    (tmp_path / "config.json").write_text('{"vocab_size": ')
+    with pytest.raises(CheckpointError, match=r"config\.json: not readable JSON") as caught:
+        load_model(tmp_path)
+    assert caught.value.code == "bad_config"
+
+
+def test_another_architecture_is_refused_by_name(tiny_checkpoint, tmp_path):
+    shutil.copytree(tiny_checkpoint, tmp_path, dirs_exist_ok=True)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "model_type": "llama",
+                                                      "architectures": ["LlamaForCausalLM"]}))
+    with pytest.raises(CheckpointError, match=r"model_type 'llama' \(LlamaForCausalLM\) is not PaddleOCR-VL") as caught:
+        load_model(tmp_path)
+    assert caught.value.code == "unknown_architecture"
+
+
+def test_a_truncated_weights_file_says_to_fetch_it_again(tiny_checkpoint, tmp_path):
+    shutil.copytree(tiny_checkpoint, tmp_path, dirs_exist_ok=True)
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(CheckpointError, match=rf"{path}: .*truncated or corrupt.*quire models pull") as caught:
+        load_model(tmp_path)
+    assert caught.value.code == "corrupt_weights"

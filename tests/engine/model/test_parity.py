@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from PIL import Image
 
 from pipeline.engine.engine import Engine
 from pipeline.engine.model.rope import get_rope_index
@@ -28,6 +29,23 @@ def _cases():
 CASES = dict(_cases())
 
 
+def reference_messages(messages):
+    """What transformers is given for the same request: plain strings wrapped as text parts (it renders a bare string
+    as an empty turn), and for spotting each crop doubled as the 1.5 model card's pipeline does before its processor
+    (these crops stay under both versions' max_pixels, so the larger spotting budget changes nothing here)."""
+    messages = normalize_messages(messages)
+    if not any(part.get("text") == TASK_PROMPTS["spotting"] for m in messages for part in m["content"]):
+        return messages
+    return [{**m, "content": [_doubled(part) for part in m["content"]]} for m in messages]
+
+
+def _doubled(part):
+    if part.get("type") != "image":
+        return part
+    image = part["image"]
+    return {**part, "image": image.resize((image.width * 2, image.height * 2), Image.Resampling.LANCZOS)}
+
+
 @pytest.fixture(scope="module")
 def engine(tiny_checkpoint) -> Engine:
     return Engine.from_pretrained(tiny_checkpoint)
@@ -46,8 +64,7 @@ def _our_logits(engine: Engine, messages) -> torch.Tensor:
 @pytest.mark.parametrize("case", CASES)
 def test_prompt_logits_match_transformers(engine, tiny_checkpoint, case):
     messages = CASES[case]
-    # transformers renders a bare-string content as an empty turn; its reference gets the wrapped form
-    ref = hf_logits(tiny_checkpoint, normalize_messages(messages))
+    ref = hf_logits(tiny_checkpoint, reference_messages(messages))
     ours = _our_logits(engine, messages)
     assert ours.shape == ref.shape
     assert (ours - ref).abs().max().item() <= 1e-4
@@ -56,7 +73,7 @@ def test_prompt_logits_match_transformers(engine, tiny_checkpoint, case):
 @pytest.mark.parametrize("case", CASES)
 def test_greedy_tokens_match_transformers_generate(engine, tiny_checkpoint, case):
     messages = CASES[case]
-    ref, margins = hf_greedy(tiny_checkpoint, normalize_messages(messages), GREEDY_TOKENS)
+    ref, margins = hf_greedy(tiny_checkpoint, reference_messages(messages), GREEDY_TOKENS)
     out = engine.generate([Request(messages=messages, max_tokens=GREEDY_TOKENS, ignore_eos=True)])[0]
     assert len(out.token_ids) == GREEDY_TOKENS and out.finish_reason == "length"
     assert_same_greedy(out.token_ids, ref, margins)

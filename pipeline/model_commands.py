@@ -1,0 +1,167 @@
+"""`quire models pull` and `quire models list`: getting the real weights in one command, and seeing what is here.
+
+A pull downloads through huggingface_hub (its progress bars, its cache, HF_HUB_OFFLINE), then checks what it got
+without loading any weights (config, every tensor's name and shape from the safetensors headers, tokenizer and
+chat template, the layout model's config), so a truncated or wrong download is found here, not at a worker's start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .config import get_settings
+
+if TYPE_CHECKING:
+    from .engine.model.verify import Check
+
+
+def add_model_parsers(commands: argparse._SubParsersAction) -> None:
+    models = commands.add_parser("models", help="download the recognition and layout models, or list those here")
+    actions = models.add_subparsers(dest="models_command", required=True)
+    pull = actions.add_parser(
+        "pull", help="download a model and its layout model, then check them without loading the weights",
+        description="Downloads into the Hugging Face cache (HF_HOME), or under --dir; with HF_HUB_OFFLINE=1 only "
+                    "checks the cached copy. Exit status: 0 all checks pass, 1 a check fails, 2 a model is missing.")
+    pull.add_argument("model", nargs="?", default=None, help="hub id or local directory (default: QUIRE_MODEL)")
+    pull.add_argument("--layout-model", default=None, help="PP-DocLayout hub id (default: QUIRE_LAYOUT_MODEL)")
+    pull.add_argument("--dir", type=Path, default=None, help="download to DIR/NAME instead of the cache")
+    listing = actions.add_parser("list", help="models in the Hugging Face cache (or --dir): revision, size, check")
+    listing.add_argument("--dir", type=Path, default=None, help="list the checkpoint directories under DIR instead")
+
+
+def models(args: argparse.Namespace) -> int:
+    return _pull(args) if args.models_command == "pull" else _list(args)
+
+
+def _pull(args: argparse.Namespace) -> int:
+    """0 when both models are here and pass every check, 1 when a check fails, 2 when a model is missing."""
+    from .documents.layout_weights import WEIGHT_FILES
+    from .engine.model.loader import CHECKPOINT_FILES
+
+    settings = get_settings()
+    wanted = {args.model or settings.model: CHECKPOINT_FILES, args.layout_model or settings.layout_model: WEIGHT_FILES}
+    status = 0
+    for model, patterns in wanted.items():
+        directory = _fetch(model, patterns, args.dir)
+        if directory is None:
+            status = 2
+            continue
+        print(f"{model}: {directory} (revision {_revision(directory)})")
+        results = check(directory)
+        for ok, message in results:
+            print(f"  {'ok  ' if ok else 'FAIL'} {message}")
+        status = max(status, 0 if all(ok for ok, _ in results) else 1)
+    return status
+
+
+def _fetch(model: str, patterns: list[str], under: Path | None) -> Path | None:
+    """The model's directory: a local one as is, else downloaded (or, offline, found in the cache); None after saying
+    on stderr why it is not here."""
+    from huggingface_hub import constants, snapshot_download
+
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return path
+    if constants.HF_HUB_OFFLINE:
+        print(f"HF_HUB_OFFLINE is set: checking the cached copy of {model} only", file=sys.stderr)
+    local_dir = under / model.rsplit("/", 1)[-1] if under else None
+    try:
+        return Path(snapshot_download(model, allow_patterns=patterns, local_dir=local_dir))
+    except Exception as exc:  # offline and not cached, unknown repo, gated, no network: all mean "not here"
+        where = local_dir or constants.HF_HUB_CACHE
+        if constants.HF_HUB_OFFLINE:
+            print(f"error: {model} is not in {where} and HF_HUB_OFFLINE is set: run `quire models pull` where the "
+                  "hub can be reached (unset HF_HUB_OFFLINE), or copy the cache here", file=sys.stderr)
+        else:
+            print(f"error: {model} could not be fetched from the hub ({exc})", file=sys.stderr)
+        return None
+
+
+def check(directory: Path) -> list[tuple[bool, str]]:
+    """(passed, what was checked or why it failed) per check, by the kind of model config.json names."""
+    checks = _checks_for(directory)
+    if checks is None:
+        return [(False, f"{directory / 'config.json'}: not a PaddleOCR-VL or PP-DocLayout checkpoint")]
+    results = []
+    for name, run in checks:
+        try:
+            results.append((True, run(directory)))
+        except Exception as exc:  # any failure is the verdict on this checkpoint, not a crash of the command
+            results.append((False, f"{name}: {exc}"))
+    return results
+
+
+def _checks_for(directory: Path) -> list[Check] | None:
+    try:
+        model_type = json.loads((directory / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        model_type = None
+    if model_type == "paddleocr_vl":
+        from .engine.model.verify import CHECKS
+
+        return CHECKS
+    if model_type in ("pp_doclayout_v2", "pp_doclayout_v3"):
+        return [("layout config", _check_layout_config)]
+    return None
+
+
+def _check_layout_config(directory: Path) -> str:
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(directory)
+    weights = sorted(path.name for path in directory.glob("*.safetensors"))
+    if not weights:
+        raise FileNotFoundError(f"{directory}: no safetensors weights")
+    return f"config.json parses ({config.model_type}, {config.num_labels} classes; {', '.join(weights)})"
+
+
+def _revision(directory: Path) -> str:
+    """The hub commit of a cache snapshot or of a `--dir` download, else `local`."""
+    from huggingface_hub._local_folder import read_download_metadata
+
+    from .engine.model.revision import hub_commit
+
+    commit = hub_commit(directory)
+    # read_download_metadata creates a lock file: only asked when a download left its metadata there
+    if commit is None and (directory / ".cache" / "huggingface" / "download" / "config.json.metadata").is_file():
+        metadata = read_download_metadata(directory, "config.json")
+        commit = metadata.commit_hash if metadata else None
+    return commit or "local"
+
+
+def _list(args: argparse.Namespace) -> int:
+    rows = _directory_rows(args.dir) if args.dir else _cache_rows()
+    if not rows:
+        print(f"no models in {args.dir or _cache_dir()}; `quire models pull` fetches Quire's", file=sys.stderr)
+    for name, revision, size, directory in rows:
+        results = check(directory)
+        verdict = "ok" if all(ok for ok, _ in results) else next(message for ok, message in results if not ok)
+        print(f"{name:48} {revision[:12]:12} {size / 1e9:7.2f} GB  {verdict}")
+    return 0
+
+
+def _cache_rows() -> list[tuple[str, str, int, Path]]:
+    from huggingface_hub import CacheNotFound, scan_cache_dir
+
+    try:
+        cache = scan_cache_dir()
+    except CacheNotFound:
+        return []
+    return [(repo.repo_id, revision.commit_hash, revision.size_on_disk, revision.snapshot_path)
+            for repo in sorted(cache.repos, key=lambda repo: repo.repo_id) if repo.repo_type == "model"
+            for revision in sorted(repo.revisions, key=lambda revision: revision.last_modified)]
+
+
+def _directory_rows(under: Path) -> list[tuple[str, str, int, Path]]:
+    return [(path.name, _revision(path), sum(f.stat().st_size for f in path.rglob("*") if f.is_file()), path)
+            for path in sorted(under.iterdir()) if (path / "config.json").is_file()]
+
+
+def _cache_dir() -> str:
+    from huggingface_hub import constants
+
+    return constants.HF_HUB_CACHE

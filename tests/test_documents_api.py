@@ -1,0 +1,62 @@
+"""`from pipeline import process`: a document in (a path or its bytes), its result out, in one call."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline import process
+from tests.documents.samples import corpus_bytes
+
+CORPUS = Path(__file__).resolve().parent / "fixtures" / "corpus"
+TEXT_ONLY = CORPUS / "pdflatex-4-pages.pdf"
+
+
+@pytest.fixture(autouse=True)
+def _cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The settings' cache directory (where a loaded model's revision is kept) in the test's own folder."""
+    monkeypatch.setenv("QUIRE_CACHE_DIR", str(tmp_path))
+
+
+def test_a_path_comes_back_as_its_result():
+    result = process(TEXT_ONLY, layout="pdf", model="none")
+    assert (result.name, result.status, len(result.pages)) == ("pdflatex-4-pages.pdf", "succeeded", 4)
+    assert result.pages[0].regions[0].text.startswith("Hello, here is some text")
+
+
+def test_bytes_come_back_as_their_result_under_the_name_given():
+    result = process(corpus_bytes("minimal-document.pdf"), name="letter.pdf", layout="pdf", model="none")
+    assert (result.name, result.status, len(result.pages)) == ("letter.pdf", "succeeded", 1)
+
+
+def test_bad_input_is_a_failed_result_not_an_exception():
+    result = process(b"<html>not a document</html>", model="none")
+    assert (result.status, result.error.code) == ("failed", "unsupported_format")
+
+
+def test_the_engine_is_built_from_the_settings_only_when_a_region_needs_it(tiny_checkpoint: Path):
+    text_only = process(TEXT_ONLY, layout="pdf", model=str(tiny_checkpoint), pages="1")
+    assert text_only.model_revision is None  # the text layer served it all: no engine was loaded
+    scanned = process(TEXT_ONLY, layout="page", text_layer="off", model=str(tiny_checkpoint), max_tokens=2,
+                      pages="1")
+    region = scanned.pages[0].regions[0]
+    assert region.source == "model" and 1 <= region.generated_tokens <= 2
+    assert scanned.model == str(tiny_checkpoint) and scanned.model_revision
+
+
+def test_an_engine_given_is_used_and_left_open_for_the_caller(tiny_checkpoint: Path):
+    from pipeline.engine.engine import Engine
+
+    engine = Engine.from_pretrained(tiny_checkpoint)
+    try:
+        for _ in range(2):
+            result = process(TEXT_ONLY, engine=engine, layout="page", text_layer="off", max_tokens=2, pages="1")
+            assert result.pages[0].regions[0].source == "model"
+    finally:
+        engine.close()
+
+
+def test_a_keyword_that_is_no_setting_is_refused():
+    with pytest.raises(TypeError, match="not a setting: dpis"):
+        process(TEXT_ONLY, dpis=100)
