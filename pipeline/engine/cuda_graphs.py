@@ -3,7 +3,7 @@
 A decode step of a 0.3B decoder is hundreds of small kernels; launched one by one from Python they take longer than
 they run. A graph replays them in one launch. Graphs read fixed addresses, so every input of a step is copied into
 static buffers, and the bucket's spare rows are padding: they write and read only the cache's scratch block, so
-they never touch a sequence's KV. On a CPU (`capture=False`) the same padded path runs eagerly: that is how the
+they never touch a sequence's KV. Without `capture` (a CPU) the same padded path runs eagerly: that is how the
 padding is tested without a GPU.
 """
 
@@ -29,8 +29,8 @@ def buckets(max_num_seqs: int) -> list[int]:
 
 
 class DecodeGraphs:
-    def __init__(self, model: PaddleOCRVL, cache: PagedKVCache, max_num_seqs: int, capture: bool = True) -> None:
-        self.model, self.cache, self.capture_graphs = model, cache, capture
+    def __init__(self, model: PaddleOCRVL, cache: PagedKVCache, max_num_seqs: int) -> None:
+        self.model, self.cache = model, cache
         self.buckets = buckets(max_num_seqs)
         rows, width, device = self.buckets[-1], math.ceil(MAX_CONTEXT / cache.block_size), model.device
         zeros = {"dtype": torch.int32, "device": device}
@@ -67,8 +67,6 @@ class DecodeGraphs:
     def capture(self) -> bool:
         """Capture every bucket, largest first (the smaller ones reuse its memory pool), each checked against an
         eager run of the same padded batch; on any failure or difference, no graph is used and decode runs eagerly."""
-        if not self.capture_graphs:
-            return False
         try:
             pool = None
             for size in reversed(self.buckets):

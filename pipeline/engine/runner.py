@@ -46,6 +46,7 @@ class ModelRunner:
         self.backend = resolve_backend(backend, model.device)
         self.decode_kernel = paged_decode_module() if self.backend == "torch" and model.device.type == "cpu" else None
         self.uploader = Uploader(model.device)
+        self.block_q = self._query_block() if self.backend == "triton" else 0
         self.graphs = self._decode_graphs(max_num_seqs) if cuda_graphs else None
         self.tower_calls = 0
         self.tower_images = 0
@@ -55,12 +56,10 @@ class ModelRunner:
         """The host half of a step: images encoded (or found cached), the batch's arrays built and sent."""
         self._encode_missing_images(step)
         batch = step_batch.build(step, self.block_size, self._window_images(step))
-        if self.backend == "triton":
-            from .triton_attention import query_block, work_items
+        if self.block_q:
+            from .triton_attention import work_items
 
-            text = self.model.config.text
-            block_q = query_block(text.num_attention_heads, text.num_key_value_heads)
-            batch.work_seq, batch.work_row = work_items(np.diff(batch.query_start), block_q)
+            batch.work_seq, batch.work_row = work_items(np.diff(batch.query_start), self.block_q)
         return batch, self.uploader.upload(batch)
 
     @torch.inference_mode()
@@ -79,6 +78,13 @@ class ModelRunner:
         chunks = [Chunk(starts[i], starts[i + 1] - starts[i], lens[i], table, device)
                   for i, table in enumerate(batch.tables)]
         return PagedAttention(self.cache, tensors["slots"].long(), chunks, self.decode_kernel)
+
+    def _query_block(self) -> int:
+        """Query rows per Triton program, fixed by the model's head counts (triton_attention.query_block)."""
+        from .triton_attention import query_block
+
+        text = self.model.config.text
+        return query_block(text.num_attention_heads, text.num_key_value_heads)
 
     def _decode_graphs(self, max_num_seqs: int) -> DecodeGraphs | None:
         """Graphs of the decode step when this is CUDA with the fused backend and capture works."""

@@ -43,15 +43,9 @@ def repeats_needed(ngram: int) -> int:
     return max(4, -(-32 // ngram))
 
 
-def is_runaway(tokens: list[int], max_ngram: int = 16) -> bool:
-    """True when the tail of `tokens` is one n-gram (n ≤ max_ngram) repeated back to back."""
-    guard = RunawayGuard(max_ngram)
-    flags = [guard.add(token) for token in tokens]
-    return bool(flags) and flags[-1]
-
-
 class RunawayGuard:
-    """`is_runaway` kept up to date token by token, in O(max_ngram) a token rather than O(length).
+    """Whether the tail of the tokens so far is one n-gram (n ≤ max_ngram) repeated back to back, kept up to date
+    token by token, in O(max_ngram) a token rather than O(length).
 
     For each n it counts how many of the latest tokens equal the token n places before them: the tail is an n-gram
     repeated r times back to back exactly when that count reaches n·(r − 1).

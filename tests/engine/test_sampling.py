@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from pipeline.engine.sampling import filtered_probs, is_runaway
+from pipeline.engine.sampling import RunawayGuard, filtered_probs
 
 
 def test_top_k_keeps_only_the_k_most_likely_tokens():
@@ -15,6 +15,12 @@ def test_top_k_keeps_only_the_k_most_likely_tokens():
 def test_top_p_keeps_the_smallest_set_reaching_p():
     probs = filtered_probs(torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05])), temperature=1.0, top_k=0, top_p=0.7)
     assert probs[2:].sum() == 0 and probs[0] > probs[1] > 0
+
+
+def is_runaway(tokens: list[int]) -> bool:
+    """The guard's verdict after the last of `tokens`, fed one at a time as the engine feeds it."""
+    guard = RunawayGuard()
+    return [guard.add(token) for token in tokens][-1]
 
 
 def test_a_long_single_token_run_is_a_runaway_but_a_short_one_is_not():
