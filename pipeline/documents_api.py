@@ -96,7 +96,7 @@ class DocumentProcessor:
         """The engine's recognizer, loading the engine now (the first region that needs it is here)."""
         if self._engine is None:
             self._engine = load_engine(self.model, self.settings)
-            self.revision = model_revision(self.model, self.settings)
+            self.revision = model_revision(self.model)
         return EngineRecognizer(self._engine, task_max_tokens(self.settings, self.max_tokens))
 
 
@@ -115,8 +115,8 @@ def load_engine(model: str | None, settings: Settings) -> Engine:
         raise ModelUnavailable(exc.code, str(exc)) from exc
 
 
-def model_revision(model: str | None, settings: Settings) -> str | None:
-    """The hub commit or the weights' digest (hashed once per machine), or None when it cannot be told."""
+def model_revision(model: str | None) -> str | None:
+    """The hub commit or the weights' fingerprint (see revision.py), or None when it cannot be told."""
     from pipeline.engine.errors import CheckpointError
     from pipeline.engine.model.loader import resolve_checkpoint
     from pipeline.engine.model.revision import checkpoint_revision
@@ -124,7 +124,6 @@ def model_revision(model: str | None, settings: Settings) -> str | None:
     if model is None:
         return None
     try:
-        cache_file = settings.cache_dir.expanduser() / "checkpoint-revisions.json"
-        return checkpoint_revision(resolve_checkpoint(model), cache_file)
+        return checkpoint_revision(resolve_checkpoint(model))
     except (CheckpointError, OSError):
         return None

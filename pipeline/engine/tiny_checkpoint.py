@@ -62,6 +62,7 @@ class TinySpec:
     layout: str = "hub"
     head_scale: float = 4.0
     version: str = "1.0"  # which version's files (tiny_versions.VERSIONS): config layout, pixel limits, template
+    dtype: str = "float32"  # on disk; the hub ships bf16
 
     @classmethod
     def bench(cls) -> TinySpec:
@@ -69,6 +70,17 @@ class TinySpec:
         return cls(text_hidden=256, text_layers=4, text_heads=4, text_kv_heads=2, text_head_dim=128,
                    text_intermediate=512, vision_hidden=128, vision_layers=2, vision_heads=4,
                    vision_intermediate=256)
+
+    @classmethod
+    def real_shapes(cls) -> TinySpec:
+        """The real 0.9B model's shapes (config defaults), bf16 on disk as the hub ships it: ~1.9 GB."""
+        text, vision = TextConfig(), VisionConfig()
+        return cls(text_hidden=text.hidden_size, text_layers=text.num_hidden_layers,
+                   text_heads=text.num_attention_heads, text_kv_heads=text.num_key_value_heads,
+                   text_head_dim=text.head_dim, text_intermediate=text.intermediate_size,
+                   vision_hidden=vision.hidden_size, vision_layers=vision.num_hidden_layers,
+                   vision_heads=vision.num_attention_heads, vision_intermediate=vision.intermediate_size,
+                   dtype="bfloat16")
 
     def model_config(self) -> ModelConfig:
         half = self.text_head_dim // 2
@@ -114,7 +126,7 @@ def _random_tensors(config: ModelConfig, spec: TinySpec) -> dict[str, torch.Tens
         32768, hidden, generator=gen)
     tensors["visual.vision_model.head.probe"] = torch.randn(1, 1, hidden, generator=gen)
     tensors["visual.vision_model.head.attention.in_proj_weight"] = torch.randn(3 * hidden, hidden, generator=gen)
-    return tensors
+    return {name: tensor.to(getattr(torch, spec.dtype)) for name, tensor in tensors.items()}
 
 
 def _init(name: str, shape: torch.Size, gen: torch.Generator, spec: TinySpec) -> torch.Tensor:

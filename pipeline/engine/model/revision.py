@@ -1,40 +1,34 @@
 """The revision that keys cached recognition results: which weights produced them.
 
-Hashing ~1.9 GB of safetensors takes tens of seconds, so it is never done on every start: a Hugging Face
-snapshot already names its weights by the commit in its path, and a plain directory's digest is computed
-once and kept in a small JSON file, keyed by each file's path, size and mtime, so a changed file is re-hashed.
+Hashing ~1.9 GB of safetensors takes seconds, so a worker's start never reads all of it: a Hugging Face
+snapshot already names its weights by the commit in its path, and a plain directory is named by a fingerprint
+that reads its config, each weights file's size and header, and a few KiB at the start, middle and end of every
+tensor. Training or fine-tuning changes every element of a tensor it touches, so a sample of each tensor tells
+such weights apart, while a copy of the same weights anywhere keeps the same revision (and its cached results).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import tempfile
+import struct
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from .loader import weight_files
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")
+SAMPLE_BYTES = 4096
 
 
-def checkpoint_revision(directory: Path, cache_file: Path | None = None) -> str:
-    """The hub commit of a snapshot in the Hugging Face cache; otherwise the SHA-256 of config and weights, read
-    from `cache_file` while no file changed since it was computed (no `cache_file`: computed every time)."""
+def checkpoint_revision(directory: Path) -> str:
+    """The hub commit of a snapshot in the Hugging Face cache; otherwise the fingerprint of config and weights."""
     commit = hub_commit(directory)
     if commit is not None:
         return commit
-    files = sorted({directory / "config.json", *weight_files(directory).values()})
-    stamp = [[str(path.resolve()), *_size_and_mtime(path)] for path in files]
-    known = _read(cache_file) if cache_file else {}
-    key = str(directory.resolve())
-    if known.get(key, {}).get("files") == stamp:
-        return known[key]["revision"]
-    revision = content_digest(files)
-    if cache_file:
-        _write(cache_file, known | {key: {"files": stamp, "revision": revision}})
-    return revision
+    return weights_fingerprint(sorted({directory / "config.json", *weight_files(directory).values()}))
 
 
 def hub_commit(directory: Path) -> str | None:
@@ -44,32 +38,35 @@ def hub_commit(directory: Path) -> str | None:
     return None
 
 
-def content_digest(files: list[Path]) -> str:
-    """SHA-256 over each file's name and bytes: the same weights give the same digest wherever they are copied."""
+def weights_fingerprint(files: list[Path]) -> str:
+    """SHA-256 over each file's name and size and the byte ranges `_sampled_ranges` picks from it."""
     digest = hashlib.sha256()
     for path in files:
-        digest.update(path.name.encode() + b"\0")
+        digest.update(f"{path.name}\0{path.stat().st_size}\0".encode())
         with path.open("rb") as handle:
-            while chunk := handle.read(1 << 22):
-                digest.update(chunk)
+            for start, length in _sampled_ranges(path, handle):
+                handle.seek(start)
+                digest.update(handle.read(length))
     return digest.hexdigest()
 
 
-def _size_and_mtime(path: Path) -> tuple[int, int]:
-    stat = path.stat()
-    return stat.st_size, stat.st_mtime_ns
+def _sampled_ranges(path: Path, handle: BinaryIO) -> Iterator[tuple[int, int]]:
+    """A safetensors file: its header (names, dtypes, shapes, offsets) and samples of every tensor; others whole."""
+    if path.suffix != ".safetensors":
+        yield 0, path.stat().st_size
+        return
+    (header_length,) = struct.unpack("<Q", handle.read(8))
+    header = json.loads(handle.read(header_length))
+    data = 8 + header_length
+    yield 0, data
+    for name in sorted(header):
+        if name != "__metadata__":
+            begin, end = header[name]["data_offsets"]
+            yield from ((data + offset, length) for offset, length in _tensor_samples(begin, end))
 
 
-def _read(cache_file: Path) -> dict:
-    try:
-        return json.loads(cache_file.read_text())
-    except (OSError, ValueError):  # absent or half-written by a killed process: computed again
-        return {}
-
-
-def _write(cache_file: Path, known: dict) -> None:
-    """Atomically, as several worker processes on one machine may start at once."""
-    cache_file.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=cache_file.parent, suffix=".tmp", delete=False) as handle:
-        json.dump(known, handle, indent=1)
-    os.replace(handle.name, cache_file)
+def _tensor_samples(begin: int, end: int) -> list[tuple[int, int]]:
+    if end - begin <= 3 * SAMPLE_BYTES:
+        return [(begin, end - begin)]
+    middle = (begin + end - SAMPLE_BYTES) // 2
+    return [(begin, SAMPLE_BYTES), (middle, SAMPLE_BYTES), (end - SAMPLE_BYTES, SAMPLE_BYTES)]
