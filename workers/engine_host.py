@@ -36,9 +36,8 @@ class EngineHost:
 
     @cached_property
     def revision(self) -> str:
-        """Keys cached results; hashed once per weights on this machine (a hub snapshot needs no hashing)."""
-        cache_file = self.settings.cache_dir.expanduser() / "checkpoint-revisions.json"
-        return checkpoint_revision(resolve_checkpoint(self.model), cache_file)
+        """Keys cached results: the hub commit, or a fingerprint that reads a few MB, never the whole weights."""
+        return checkpoint_revision(resolve_checkpoint(self.model))
 
     @property
     def engine(self) -> Engine:
