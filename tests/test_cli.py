@@ -114,6 +114,9 @@ def test_process_writes_markdown_json_and_page_images_with_overlays(tmp_path, ti
     pages = out / "pdflatex-4-pages.pages"
     assert sorted(p.name for p in pages.iterdir()) == [f"page-000{i}{kind}.png" for i in range(1, 5)
                                                        for kind in (".overlay", "")]
+    assert result["files"]["markdown"] == "pdflatex-4-pages.md" and result["files"]["json"] == "pdflatex-4-pages.json"
+    assert [(p["page"], p["overlay"]) for p in result["files"]["pages"]] == [
+        (i, f"pdflatex-4-pages.pages/page-000{i}.overlay.png") for i in range(1, 5)]
     page, overlay = Image.open(pages / "page-0001.png"), Image.open(pages / "page-0001.overlay.png")
     assert page.size == overlay.size == (result["pages"][0]["width_px"], result["pages"][0]["height_px"])
     x0, y0, x1, y1 = result["pages"][0]["regions"][0]["bbox_px"]

@@ -41,6 +41,7 @@ class DocumentWriter:
         self.directory, self.name, self.crop_margin_pt = directory, name, crop_margin_pt
         self.pages_dir = directory / f"{name}.pages"
         self.pictures: dict[tuple[int, int], str] = {}
+        self.page_files: list[dict[str, object]] = []
 
     @property
     def json_path(self) -> Path:
@@ -66,6 +67,8 @@ class DocumentWriter:
         page = finished.image
         page.image.save(self.pages_dir / f"{stem}.png")
         draw_regions(page.image, finished.output.regions).save(self.pages_dir / f"{stem}.overlay.png")
+        self.page_files.append({"page": finished.output.index + 1, "image": self._relative(f"{stem}.png"),
+                                "overlay": self._relative(f"{stem}.overlay.png")})
         for region in finished.output.regions:
             box = crop_box(page, region.bbox_px, self.crop_margin_pt) if region.task is None else None
             if box is not None:
@@ -74,11 +77,18 @@ class DocumentWriter:
                 self.pictures[(finished.output.index, region.order)] = quote(f"{self.pages_dir.name}/{file}")
 
     def finish(self, document: DocumentOutput) -> None:
-        """Write NAME.md (unless the document failed as a whole) and then NAME.json."""
+        """Write NAME.md (unless the document failed as a whole) and then NAME.json, which lists the files written
+        (relative to its own folder, so the folder can move)."""
         options = MarkdownOptions(pictures=self.pictures)
+        files: dict[str, object] = {"json": self.json_path.name}
         if document.error is None:
             self.markdown_path.write_text(document_markdown(document, options), encoding="utf-8")
+            files["markdown"] = self.markdown_path.name
+        files["pages"] = sorted(self.page_files, key=lambda page: page["page"])
         partial = self.json_path.with_suffix(".json.partial")
-        partial.write_text(json.dumps(document_json(document, options), ensure_ascii=False, indent=2) + "\n",
-                           encoding="utf-8")
+        body = document_json(document, options) | {"files": files}
+        partial.write_text(json.dumps(body, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
         partial.replace(self.json_path)
+
+    def _relative(self, file: str) -> str:
+        return f"{Path(self.name).name}.pages/{file}"
