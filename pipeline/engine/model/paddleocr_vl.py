@@ -162,14 +162,15 @@ class VisionAttention(nn.Module):
         super().__init__()
         d = cfg.hidden_size
         self.heads, self.head_dim = cfg.num_attention_heads, cfg.head_dim
-        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(d, d) for _ in range(4))
+        self.qkv_proj = StackedLinear(d, [("q_proj", d), ("k_proj", d), ("v_proj", d)], bias=True)
+        self.out_proj = nn.Linear(d, d)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend: VisionAttend) -> torch.Tensor:
+        """One GEMM for q, k and v, and one rotation for q and k together (rotated in fp32, as the reference)."""
         n = x.shape[0]
-        q, k, v = (p(x).view(n, self.heads, self.head_dim) for p in (self.q_proj, self.k_proj, self.v_proj))
-        q = apply_rope(q.float(), cos, sin).to(x.dtype)
-        k = apply_rope(k.float(), cos, sin).to(x.dtype)
-        return self.out_proj(attend(q, k, v).reshape(n, -1))
+        qkv = self.qkv_proj(x).view(n, 3 * self.heads, self.head_dim)
+        q, k = apply_rope(qkv[:, :2 * self.heads].float(), cos, sin).to(x.dtype).split(self.heads, dim=1)
+        return self.out_proj(attend(q, k, qkv[:, 2 * self.heads:]).reshape(n, -1))
 
 
 class VisionMLP(nn.Module):
