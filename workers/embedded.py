@@ -22,6 +22,7 @@ from pipeline.db.session import session_scope
 from pipeline.jobs.context import Context, RecognitionHost
 from pipeline.jobs.deliveries import resume_deliveries
 from pipeline.jobs.dispatch import Stage, stage_queues
+from pipeline.jobs.model_status import ModelStatus
 from pipeline.jobs.reaper import ReaperThread
 from pipeline.jobs.stages import run_stage
 from pipeline.storage import BlobStore
@@ -63,6 +64,12 @@ class EmbeddedWorkers:
         recognition = self.context.recognition
         stats = getattr(recognition, "stats", None)
         return stats() if stats is not None else None
+
+    def model_statuses(self) -> list[ModelStatus]:
+        """The in-process host's model status: `quire serve` loads the engine at start, and a load tried again by
+        a region (after a failure) updates it."""
+        status = getattr(self.context.recognition, "status", None)
+        return [status] if status is not None else []
 
     def resume(self) -> int:
         """Send ingest again for every document not finished (ingest passes each page to where it stopped), and

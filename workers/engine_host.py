@@ -18,7 +18,9 @@ from pipeline.documents.recognize import EngineRecognizer, Recognizer
 from pipeline.engine.engine import Engine
 from pipeline.engine.model.loader import resolve_checkpoint
 from pipeline.engine.model.revision import checkpoint_revision
+from pipeline.engine.model.verify import CHECKS
 from pipeline.engine_settings import engine_kwargs, task_max_tokens
+from pipeline.jobs.model_status import ModelStatus
 
 
 class EngineHost:
@@ -33,18 +35,44 @@ class EngineHost:
         self.model = settings.model
         self._engine: Engine | None = None
         self._lock = threading.Lock()
+        self._status: ModelStatus | None = None
 
     @cached_property
     def revision(self) -> str:
         """Keys cached results: the hub commit, or a fingerprint that reads a few MB, never the whole weights."""
-        return checkpoint_revision(resolve_checkpoint(self.model))
+        try:
+            return checkpoint_revision(resolve_checkpoint(self.model))
+        except Exception as exc:  # the first thing a region asks of a missing checkpoint: /readyz must hear of it
+            self._status = ModelStatus.failed(self.model, exc)
+            raise
 
     @property
     def engine(self) -> Engine:
+        """The engine, loaded on first use; a load that fails is tried again by the next region (the checkpoint may
+        have been fixed meanwhile), and each outcome becomes the model's status."""
         with self._lock:
             if self._engine is None:
-                self._engine = Engine.from_pretrained(self.model, **engine_kwargs(self.settings))
+                try:
+                    self._engine = Engine.from_pretrained(self.model, **engine_kwargs(self.settings))
+                except Exception as exc:
+                    self._status = ModelStatus.failed(self.model, exc)
+                    raise
+                self._status = ModelStatus(self.model)
             return self._engine
+
+    @property
+    def status(self) -> ModelStatus | None:
+        """Whether the model loads, as the last check or load found; None while nothing has tried."""
+        return self._status
+
+    def check(self) -> ModelStatus:
+        """Whether the checkpoint would load, found without loading it (config, tensor names and shapes from the
+        safetensors headers, tokenizer and template: seconds, no memory), so a GPU worker can report a missing or
+        broken model at start while its engine still waits for the first region. A loaded engine is its own proof."""
+        with self._lock:
+            if self._engine is None:
+                self._status = _checked(self.model)
+            return self._status or ModelStatus(self.model)
 
     def stats(self) -> dict[str, int] | None:
         """The engine's counters, or None before it is loaded (a scrape never loads it)."""
@@ -59,3 +87,13 @@ class EngineHost:
             if self._engine is not None:
                 self._engine.close()
                 self._engine = None
+
+
+def _checked(model: str) -> ModelStatus:
+    try:
+        directory = resolve_checkpoint(model)
+        for _, run in CHECKS:
+            run(directory)
+    except Exception as exc:  # any failure is the verdict on this checkpoint
+        return ModelStatus.failed(model, exc)
+    return ModelStatus(model)

@@ -1,5 +1,11 @@
 """Health for people and for orchestrators: /health and /readyz ask the database (and the broker, when there is
-one); /healthz only says the process answers, so a database outage does not get every API process restarted."""
+one); /healthz only says the process answers, so a database outage does not get every API process restarted.
+
+/readyz also says when the recognition model does not load where recognize runs: in this process (embedded) or
+on any GPU worker that reported (distributed). Until a host has found out, nothing is reported and /readyz stays
+200: uploads are durable and queue until a GPU worker takes them, so the API is ready before GPU workers start
+(or while they scale from zero), and a model that loads fine is no problem either.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ from sqlalchemy.exc import OperationalError
 from api.deps import Services, ServicesDep
 from api.schemas import Health
 from pipeline.db.errors import database_unavailable
+from pipeline.jobs.dispatch import ModelReporting
 
 router = APIRouter(tags=["health"])
 
@@ -29,8 +36,11 @@ def healthz() -> Health:
 
 @router.get("/readyz", response_model=Health, responses={503: {"model": Health}})
 def readyz(services: ServicesDep, response: Response) -> Health:
-    """Ready when the database and (in the distributed mode) the broker answer; 503 with what failed otherwise."""
-    problems = [problem for check in (_database, _broker) if (problem := check(services))]
+    """Ready when the database and (in the distributed mode) the broker answer and no recognition host says its
+    model does not load; 503 with what failed otherwise."""
+    broker = _broker(services)
+    problems = [problem for problem in (_database(services), broker) if problem]
+    problems += [] if broker else _models(services)  # the GPU workers report through the broker
     if problems:
         response.status_code = 503
         return Health(status="unavailable", problems=problems)
@@ -57,3 +67,14 @@ def _broker(services: Services) -> str | None:
     except Exception as exc:
         return f"broker: {type(exc).__name__}: {exc}"
     return None
+
+
+def _models(services: Services) -> list[str]:
+    """`model: <code>: <message>` once per distinct failure (many GPU workers on one checkpoint fail alike)."""
+    if not isinstance(services.dispatcher, ModelReporting):
+        return []
+    try:
+        statuses = services.dispatcher.model_statuses()
+    except Exception as exc:  # the broker answered the ping but not this read
+        return [f"model: status unreadable: {type(exc).__name__}: {exc}"]
+    return list(dict.fromkeys(problem for status in statuses if (problem := status.problem)))

@@ -154,6 +154,7 @@ class Page(Base):
     rotation: Mapped[int] = mapped_column(Integer, default=0)
     image_key: Mapped[str | None] = mapped_column(String(64))  # blob key of the rendered page image
     layout: Mapped[str | None] = mapped_column(String(64))  # the layout backend that found the regions
+    layout_reason: Mapped[str | None] = mapped_column(Text)  # why that backend, when not simply the one asked for
     markdown: Mapped[str | None] = mapped_column(Text)
     error_code: Mapped[str | None] = mapped_column(String(64))
     error_message: Mapped[str | None] = mapped_column(Text)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Literal, Protocol, runtime_checkable
 
+from pipeline.jobs.model_status import ModelStatus
+
 Stage = Literal["ingest", "prepare", "recognize", "finalize", "deliver"]
 
 # ingest(document id) → prepare(page id) per page → recognize(page id) → finalize(document id) after the last page;
@@ -42,4 +44,13 @@ class Observable(Protocol):
 
     def engine_stats(self) -> dict[str, int] | None:
         """The in-process engine's counters; None when the engine lives elsewhere or is not loaded."""
+        ...
+
+
+@runtime_checkable
+class ModelReporting(Protocol):
+    """A dispatcher that can say whether the recognition model loads where its recognize tasks run (for /readyz)."""
+
+    def model_statuses(self) -> list[ModelStatus]:
+        """What each recognition host it reaches last found out about its model; empty while none has found out."""
         ...

@@ -50,7 +50,7 @@ def page_output(row: Page) -> PageOutput:
     status = "failed" if row.status == "failed" else "succeeded"
     return PageOutput(row.index, status, row.width_px, row.height_px, row.width_pt, row.height_pt, row.dpi,
                       row.rotation, row.layout, regions, _problem(row.error_code, row.error_message),
-                      dict(row.timings or {}))
+                      dict(row.timings or {}), row.layout_reason)
 
 
 def document_output(row: Document, status: str) -> DocumentOutput:

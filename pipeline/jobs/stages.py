@@ -233,6 +233,7 @@ def _describe(page: Page, laid_out: LaidOutPage, image_key: str) -> None:
                                                               rendered.rotation)
     page.width_pt, page.height_pt = rendered.width_pt, rendered.height_pt
     page.image_key, page.layout, page.timings = image_key, laid_out.layout, laid_out.timings_ms
+    page.layout_reason = laid_out.layout_reason
 
 
 def _finish_failed_page(ctx: Context, page_id: int, output: PageOutput) -> None:
@@ -240,7 +241,7 @@ def _finish_failed_page(ctx: Context, page_id: int, output: PageOutput) -> None:
         page = session.get(Page, page_id)
         if page is None or _wanted(session, page.document_id) is None:
             return
-        page.layout, page.timings = output.layout, output.timings_ms
+        page.layout, page.layout_reason, page.timings = output.layout, output.layout_reason, output.timings_ms
         page.width_px, page.height_px, page.dpi = output.width_px, output.height_px, output.dpi
         page.width_pt, page.height_pt, page.rotation = output.width_pt, output.height_pt, output.rotation
         document_id = page.document_id

@@ -19,11 +19,12 @@ from tests.api.test_upload import assert_error
 
 
 def add_page(db: Engine, document_id: str, index: int, status: str = "succeeded", image_key: str | None = None,
-             regions: tuple[str, ...] = ()) -> None:
+             regions: tuple[str, ...] = (), layout: str = "pdf", layout_reason: str | None = None) -> None:
     """A page row as prepare would leave it, with one text region per entry of `regions` (its status)."""
     with session_scope(db) as session:
         page = Page(document_id=document_id, index=index, status=status, width_px=80, height_px=100,
-                    width_pt=57.6, height_pt=72.0, dpi=100.0, image_key=image_key, layout="pdf")
+                    width_pt=57.6, height_pt=72.0, dpi=100.0, image_key=image_key, layout=layout,
+                    layout_reason=layout_reason)
         session.add(page)
         session.flush()
         for order, region_status in enumerate(regions):
@@ -104,6 +105,15 @@ def test_a_page_is_its_result_json_with_its_live_status(client: TestClient, db: 
     for number in (0, 3, -1):
         error = assert_error(client.get(f"/v1/documents/{document_id}/pages/{number}"), 404, "page_not_found")
         assert "count from 1" in error["message"]
+
+
+def test_a_page_says_which_layout_laid_it_out_and_why(client: TestClient, db: Engine) -> None:
+    document_id = upload(client, corpus()).json()["id"]
+    add_page(db, document_id, 0, layout="page", layout_reason="no layout weights, no text layer")
+    add_page(db, document_id, 1)
+    pages = [client.get(f"/v1/documents/{document_id}/pages/{number}").json() for number in (1, 2)]
+    assert [(page["layout"], page["layout_reason"]) for page in pages] == [
+        ("page", "no layout weights, no text layer"), ("pdf", None)]
 
 
 def test_a_page_image_is_served_once_the_page_is_rendered(client: TestClient, db: Engine,

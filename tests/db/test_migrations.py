@@ -72,3 +72,27 @@ def test_quire_migrate_upgrades_the_configured_database_and_is_repeatable(tmp_pa
         assert TABLES <= set(inspect(engine).get_table_names())
     finally:
         engine.dispose()
+
+
+def test_0004_adds_the_pages_layout_reason_and_its_downgrade_drops_it_keeping_the_pages(empty_database: str) -> None:
+    config = alembic_config(empty_database)
+    command.upgrade(config, "0003")
+    engine = create_db_engine(empty_database)
+    try:
+        with engine.begin() as connection:
+            connection.execute(text(
+                "INSERT INTO documents (id, tenant, filename, sha256, size_bytes, status, options, timings, pages_done,"
+                " created_at, updated_at) VALUES ('d', 't', 'f.pdf', 's', 1, 'queued', '{}', '{}', 0, :now, :now)"),
+                {"now": "2026-12-04 00:00:00+00:00"})
+            connection.execute(text(
+                "INSERT INTO pages (document_id, \"index\", status, rotation, layout, timings, created_at, updated_at)"
+                " VALUES ('d', 0, 'succeeded', 0, 'pdf', '{}', :now, :now)"), {"now": "2026-12-04 00:00:00+00:00"})
+        command.upgrade(config, "0004")
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT layout, layout_reason FROM pages")).one() == ("pdf", None)
+        command.downgrade(config, "0003")
+        assert "layout_reason" not in {column["name"] for column in inspect(engine).get_columns("pages")}
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT layout FROM pages")).scalar_one() == "pdf"
+    finally:
+        engine.dispose()

@@ -50,6 +50,21 @@ def test_a_pdf_goes_through_every_stage_and_its_result_is_what_quire_process_giv
         assert "password" not in session.get_one(Document, document.id).options
 
 
+@pytest.mark.parametrize(("name", "layout", "reason"), [("grayscale-image.pdf", "page", "no text layer"),
+                                                         ("minimal-document.pdf", "pdf", None)])
+def test_each_page_records_the_layout_that_laid_it_out_and_why_as_quire_process_does(service, engine_host, name,
+                                                                                     layout, reason):
+    data = (CORPUS / name).read_bytes()
+    document = wait_until_final(service, accept(service, data, name))
+    result, _ = result_of(service, document)
+    expected, _ = processed(data, name, service.context.settings, engine_host.engine)
+    assert [(page["layout"], page["layout_reason"]) for page in result["pages"]] == [(layout, reason)]
+    assert comparable(result) == comparable(expected)
+    with session_scope(service.context.db) as session:
+        page = session.scalars(select(Page).where(Page.document_id == document.id)).one()
+        assert (page.layout, page.layout_reason) == (layout, reason)
+
+
 def test_every_stage_logs_the_document_or_page_it_ran_on(service, caplog):
     caplog.set_level("INFO", logger="quire.stages")
     document_id = accept(service, FOUR_PAGES, "four.pdf")

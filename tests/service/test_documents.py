@@ -54,6 +54,20 @@ def test_a_pdf_uploaded_and_polled_gives_what_quire_process_gives(service, tiny_
     assert result(service, document["id"], "markdown").text == markdown
 
 
+def test_a_scan_says_it_was_laid_out_as_one_page_region_and_why_as_quire_process_does(service, tiny_checkpoint,
+                                                                                      engine_host, tmp_path):
+    scan = (CORPUS / "grayscale-image.pdf").read_bytes()
+    document = upload(service, scan, "scan.pdf")
+    assert wait_until_final(service, document["id"])["status"] == "succeeded", service.tail()
+    expected, _ = processed(scan, "scan.pdf", service_settings(tmp_path, tiny_checkpoint), engine_host.engine)
+    served = result(service, document["id"], "json").json()
+    assert [(page["layout"], page["layout_reason"]) for page in served["pages"]] == [("page", "no text layer")]
+    assert comparable(served) == comparable(expected)
+    page = httpx.get(f"{service.url}/v1/documents/{document['id']}/pages/1", headers=service.headers(),
+                     timeout=10).json()
+    assert (page["layout"], page["layout_reason"]) == ("page", "no text layer")
+
+
 def test_an_encrypted_pdf_fails_with_encrypted(service):
     document = upload(service, (CORPUS / ENCRYPTED).read_bytes(), "locked.pdf")
     status = wait_until_final(service, document["id"])
