@@ -1,13 +1,13 @@
 """Layout analysis: where a page's regions are, what each one is, and the order a reader takes them in.
 
-Backends share one interface (`LayoutBackend.detect`) and one label vocabulary (PP-DocLayout's), so the
-rest of the pipeline never knows which backend found a region. Boxes are pixels on the rendered page
-image; `RenderedPage.to_points` maps them back to page points. `detect_many` lays several pages out at once, in
-one forward pass of a backend that batches (the model), page by page otherwise. `layout_backend(name)` builds one:
+Backends share one interface (`LayoutBackend.detect`) and the contract of layout_contract.py (its box format and
+PP-DocLayout's label vocabulary), so the rest of the pipeline never knows which backend found a region.
+`detect_many` lays several pages out at once, in one forward pass of a backend that batches (the model), page by
+page otherwise. `layout_backend(name)` builds one:
 
 - `pp-doclayout`: PP-DocLayoutV2/V3 through transformers (layout_model.py), boxes and the model's reading order;
 - `pdf`: a born-digital page's own structure read with PyMuPDF, no model (layout_pdf.py);
-- `page`: the whole page as one `text` region;
+- `page`: the whole page as one `text` region (layout_page.py);
 - `auto`: pp-doclayout when its weights are on this machine, else pdf for PDF pages (which itself falls back to
   the whole page when a page has no text layer), else page.
 """
@@ -15,58 +15,27 @@ one forward pass of a backend that batches (the model), page by page otherwise. 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 from pipeline.config import get_settings
 from pipeline.documents.ingest import SourcePage
-from pipeline.documents.layout_weights import LayoutModelUnavailable, local_layout_weights
+from pipeline.documents.layout_contract import DetectedRegion, LaidPage
+from pipeline.documents.layout_page import PageLayout
+from pipeline.documents.layout_pdf import PdfLayout
+from pipeline.documents.layout_weights import local_layout_weights
 from pipeline.documents.render import RenderedPage
 
-__all__ = [
-    "BACKENDS", "LABELS", "AutoLayout", "BBox", "LayoutBackend", "LayoutModelUnavailable", "PageLayout", "Region",
-    "detect_many", "layout_backend",
-]
+__all__ = ["LAYOUT_BACKENDS", "AutoLayout", "LayoutBackend", "detect_many", "layout_backend"]
 
-BACKENDS = ("auto", "pp-doclayout", "pdf", "page")
-
-BBox = tuple[float, float, float, float]  # x0, y0, x1, y1 in pixels of the rendered page image
-LaidPage = tuple[RenderedPage, SourcePage]  # what a backend lays out: the page image and the page it was rendered from
-
-# PP-DocLayout's classes; every backend speaks this vocabulary.
-LABELS: frozenset[str] = frozenset({
-    "abstract", "algorithm", "aside_text", "chart", "content", "display_formula", "doc_title", "figure_title",
-    "footer", "footer_image", "footnote", "formula_number", "header", "header_image", "image", "inline_formula",
-    "number", "paragraph_title", "reference", "reference_content", "seal", "table", "text", "vertical_text",
-    "vision_footnote",
-})
-
-
-@dataclass(frozen=True)
-class Region:
-    """One detected region of a page."""
-
-    bbox: BBox
-    label: str
-    score: float
-    order: int  # reading-order index on its page, 0-based, contiguous
+LAYOUT_BACKENDS = ("auto", "pp-doclayout", "pdf", "page")
 
 
 class LayoutBackend(Protocol):
     name: str
 
-    def detect(self, page: RenderedPage, source: SourcePage) -> list[Region]:
+    def detect(self, page: RenderedPage, source: SourcePage) -> list[DetectedRegion]:
         """Regions of one rendered page, sorted by `order`; `source` gives backends the PDF page itself."""
         ...
-
-
-class PageLayout:
-    """The whole page as one `text` region: plain letters, and the fallback when nothing else fits."""
-
-    name = "page"
-
-    def detect(self, page: RenderedPage, source: SourcePage) -> list[Region]:
-        return [Region((0.0, 0.0, float(page.width_px), float(page.height_px)), "text", 1.0, 0)]
 
 
 class AutoLayout:
@@ -78,8 +47,6 @@ class AutoLayout:
     name = "auto"
 
     def __init__(self, model: str, device: str = "cpu") -> None:
-        from pipeline.documents.layout_pdf import PdfLayout
-
         weights = local_layout_weights(model)
         self.model: LayoutBackend | None = None
         if weights is not None:
@@ -95,16 +62,16 @@ class AutoLayout:
             return self.model
         return self._pdf if source.document.is_pdf else self._page
 
-    def detect(self, page: RenderedPage, source: SourcePage) -> list[Region]:
+    def detect(self, page: RenderedPage, source: SourcePage) -> list[DetectedRegion]:
         return self.backend_for(source).detect(page, source)
 
-    def detect_many(self, pages: Sequence[LaidPage]) -> list[list[Region]]:
+    def detect_many(self, pages: Sequence[LaidPage]) -> list[list[DetectedRegion]]:
         if self.model is not None:
             return detect_many(self.model, pages)
         return [self.detect(page, source) for page, source in pages]
 
 
-def detect_many(layout: LayoutBackend, pages: Sequence[LaidPage]) -> list[list[Region]]:
+def detect_many(layout: LayoutBackend, pages: Sequence[LaidPage]) -> list[list[DetectedRegion]]:
     """Each page's regions, as `layout.detect` finds them one page at a time: in one forward pass when the backend
     batches (`detect_many`; a GPU lays out a batch of pages in little more time than one), else page by page."""
     batched = getattr(layout, "detect_many", None)
@@ -114,19 +81,16 @@ def detect_many(layout: LayoutBackend, pages: Sequence[LaidPage]) -> list[list[R
 
 
 def layout_backend(name: str, model: str | None = None, device: str = "cpu") -> LayoutBackend:
-    """The layout backend called `name` (one of BACKENDS); `model` is the PP-DocLayout directory or hub id.
+    """The layout backend called `name` (one of LAYOUT_BACKENDS); `model` is the PP-DocLayout directory or hub id.
 
     `pp-doclayout` without its weights raises LayoutModelUnavailable with how to get them; an unknown name
-    raises ValueError. Backend modules are imported here, not at the top: they import this module's contract,
-    and only the model backend pulls in torch.
+    raises ValueError. The model backend is imported only when asked for: it alone pulls in torch.
     """
-    if name not in BACKENDS:
-        raise ValueError(f"unknown layout backend {name!r}: choose one of {', '.join(BACKENDS)}")
+    if name not in LAYOUT_BACKENDS:
+        raise ValueError(f"unknown layout backend {name!r}: choose one of {', '.join(LAYOUT_BACKENDS)}")
     if name == "page":
         return PageLayout()
     if name == "pdf":
-        from pipeline.documents.layout_pdf import PdfLayout
-
         return PdfLayout()
     if model is None:
         model = get_settings().layout_model

@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeline.documents.ingest import SourcePage
-from pipeline.documents.layout import AutoLayout, LayoutBackend, PageLayout, Region
+from pipeline.documents.layout import AutoLayout, LayoutBackend
+from pipeline.documents.layout_contract import DetectedRegion
+from pipeline.documents.layout_page import PageLayout
 from pipeline.documents.render import RenderedPage
 
 NO_WEIGHTS = "no layout weights"
@@ -22,7 +24,8 @@ class LayoutChoice:
     reason: str | None = None  # why, when that is not simply what was asked for
 
 
-def choose_layout(layout: LayoutBackend, source: SourcePage, page: RenderedPage, regions: list[Region]) -> LayoutChoice:
+def choose_layout(layout: LayoutBackend, source: SourcePage, page: RenderedPage,
+                  regions: list[DetectedRegion]) -> LayoutChoice:
     """The layout `regions` (what `layout` found on the page) came from, with the reason for any fallback."""
     pick = getattr(layout, "backend_for", None)
     backend = pick(source) if pick is not None else layout

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from pipeline.documents.layout import BBox
+from pipeline.documents.layout_contract import BBox
 from pipeline.documents.layout_geometry import middle_y, union
 from pipeline.documents.layout_text import Line, Span, math_weight, span_box
 from pipeline.documents.render import RenderedPage

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pipeline.documents.layout import BBox
+from pipeline.documents.layout_contract import BBox
 
 
 def union(boxes: Iterable[BBox]) -> BBox:

@@ -30,7 +30,7 @@ from transformers import AutoConfig, PPDocLayoutV2ForObjectDetection, PPDocLayou
 from transformers.utils import ModelOutput
 
 from pipeline.documents.ingest import SourcePage
-from pipeline.documents.layout import LABELS, BBox, LaidPage, Region
+from pipeline.documents.layout_contract import LABELS, BBox, DetectedRegion, LaidPage
 from pipeline.documents.layout_weights import LayoutModelUnavailable, resolve_layout_weights
 from pipeline.documents.render import RenderedPage
 
@@ -96,10 +96,10 @@ class PPDocLayout:
         """From a local directory or a hub id (downloaded unless offline); LayoutModelUnavailable if neither."""
         return cls(resolve_layout_weights(model), device)
 
-    def detect(self, page: RenderedPage, source: SourcePage) -> list[Region]:
+    def detect(self, page: RenderedPage, source: SourcePage) -> list[DetectedRegion]:
         return self.detect_many([(page, source)])[0]
 
-    def detect_many(self, pages: Sequence[LaidPage]) -> list[list[Region]]:
+    def detect_many(self, pages: Sequence[LaidPage]) -> list[list[DetectedRegion]]:
         """Each page's regions from one forward pass over all of them."""
         if not pages:
             return []
@@ -108,11 +108,11 @@ class PPDocLayout:
             outputs = self.model(pixel_values=pixels)
         return [self._regions(outputs, index, page) for index, (page, _) in enumerate(pages)]
 
-    def _regions(self, outputs: ModelOutput, index: int, page: RenderedPage) -> list[Region]:
+    def _regions(self, outputs: ModelOutput, index: int, page: RenderedPage) -> list[DetectedRegion]:
         """The regions of the batch's page `index`, overlaps resolved, in the model's reading order."""
         detections = self._detections(outputs, page.width_px, page.height_px, index)
         kept = sorted(filter_overlaps(detections), key=lambda d: d.rank)
-        return [Region(d.bbox, d.label, d.score, order) for order, d in enumerate(kept)]
+        return [DetectedRegion(d.bbox, d.label, d.score, order) for order, d in enumerate(kept)]
 
     def _pixel_values(self, image: Image.Image) -> torch.Tensor:
         """The image as the model's input: what the PP-DocLayout image processors compute, without torchvision."""

@@ -25,11 +25,12 @@ from itertools import pairwise
 import pymupdf
 
 from pipeline.documents.ingest import SourcePage
-from pipeline.documents.layout import BBox, PageLayout, Region
+from pipeline.documents.layout_contract import BBox, DetectedRegion
 from pipeline.documents.layout_formulas import split_formulas
 from pipeline.documents.layout_furniture import Band, band_of, document_furniture
 from pipeline.documents.layout_geometry import area, center_inside, distance, middle_y, mostly_inside, next_to, union
 from pipeline.documents.layout_order import xy_cut_order
+from pipeline.documents.layout_page import PageLayout
 from pipeline.documents.layout_text import Line, on_image, text_blocks
 from pipeline.documents.render import RenderedPage
 
@@ -92,7 +93,7 @@ class PdfLayout:
 
     name = "pdf"
 
-    def detect(self, page: RenderedPage, source: SourcePage) -> list[Region]:
+    def detect(self, page: RenderedPage, source: SourcePage) -> list[DetectedRegion]:
         pdf_page = source.load() if source.document.is_pdf else None
         if not isinstance(pdf_page, pymupdf.Page):
             return PageLayout().detect(page, source)
@@ -383,7 +384,7 @@ def _captioned(text: _Text, page: RenderedPage, pictures: list[BBox]) -> BBox | 
     return min(near, key=lambda picture: distance(text.bbox, picture)[1], default=None)
 
 
-def _ordered(found: list[_Found], page: RenderedPage) -> list[Region]:
+def _ordered(found: list[_Found], page: RenderedPage) -> list[DetectedRegion]:
     """Headers first, then the body in XY-cut order (columns first), then footers and page numbers; equation
     numbers right after their formulas, captions right before or after their figure or table."""
     top = sorted((f for f in found if f.label == "header"), key=lambda f: (f.bbox[1], f.bbox[0]))
@@ -391,7 +392,7 @@ def _ordered(found: list[_Found], page: RenderedPage) -> list[Region]:
     body = [f for f in found if f.label not in ("header", "footer", "number")]
     body = _beside_anchors([body[i] for i in xy_cut_order([f.bbox for f in body], min_column_gap=4 * page.scale)])
     flat = [item for f in top + body + bottom for item in ((f, f.follower) if f.follower else (f,))]
-    return [Region(f.bbox, f.label, 1.0, order) for order, f in enumerate(flat)]
+    return [DetectedRegion(f.bbox, f.label, 1.0, order) for order, f in enumerate(flat)]
 
 
 def _beside_anchors(ordered: list[_Found]) -> list[_Found]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pymupdf
 
-from pipeline.documents.layout import BBox
+from pipeline.documents.layout_contract import BBox
 from pipeline.documents.render import RenderedPage
 
 TEXT_FLAGS = pymupdf.TEXTFLAGS_DICT & ~pymupdf.TEXT_PRESERVE_IMAGES  # boxes only: never copy image bytes

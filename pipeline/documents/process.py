@@ -22,14 +22,15 @@ from pathlib import Path
 
 from pipeline.documents.errors import DocumentError
 from pipeline.documents.ingest import IngestedDocument, Limits, SourcePage, ingest, sniff
-from pipeline.documents.layout import LayoutBackend, Region, detect_many
+from pipeline.documents.layout import LayoutBackend, detect_many
 from pipeline.documents.layout_choice import choose_layout
+from pipeline.documents.layout_contract import DetectedRegion, LaidPage
 from pipeline.documents.page_ranges import PageRanges
 from pipeline.documents.postprocess import postprocess
 from pipeline.documents.recognize import Recognition, RecognitionTask, Recognizer
 from pipeline.documents.regions import PreparedRegion, RegionOptions, crop, prepare_regions
-from pipeline.documents.render import DocumentStatus, RenderedPage, render_page_result
-from pipeline.documents.results import DocumentOutput, PageOutput, Problem, RegionOutput
+from pipeline.documents.render import RenderedPage, render_page_result
+from pipeline.documents.results import DocumentOutcome, DocumentOutput, PageOutput, Problem, RegionOutput
 
 
 @dataclass(frozen=True)
@@ -211,7 +212,7 @@ def _render(source: SourcePage) -> tuple[RenderedPage, float] | FinishedPage:
     return rendered.page, (time.perf_counter() - started) * 1000.0
 
 
-def _detect_all(layout: LayoutBackend, pages: list[tuple[RenderedPage, SourcePage]]) -> list[list[Region] | Problem]:
+def _detect_all(layout: LayoutBackend, pages: list[LaidPage]) -> list[list[DetectedRegion] | Problem]:
     """Every page's regions from one batch; when the batch raises, page by page, so only the page the backend trips
     on fails."""
     if len(pages) > 1:
@@ -222,7 +223,7 @@ def _detect_all(layout: LayoutBackend, pages: list[tuple[RenderedPage, SourcePag
     return [_detect(layout, page, source) for page, source in pages]
 
 
-def _detect(layout: LayoutBackend, page: RenderedPage, source: SourcePage) -> list[Region] | Problem:
+def _detect(layout: LayoutBackend, page: RenderedPage, source: SourcePage) -> list[DetectedRegion] | Problem:
     try:
         return layout.detect(page, source)
     except DocumentError as exc:
@@ -231,7 +232,7 @@ def _detect(layout: LayoutBackend, page: RenderedPage, source: SourcePage) -> li
         return Problem("layout_failed", f"{type(exc).__name__}: {exc}")
 
 
-def _laid_out(source: SourcePage, page: RenderedPage, found: list[Region] | Problem, layout: LayoutBackend,
+def _laid_out(source: SourcePage, page: RenderedPage, found: list[DetectedRegion] | Problem, layout: LayoutBackend,
               timings: dict[str, float], options: RegionOptions) -> LaidOutPage | FinishedPage:
     if isinstance(found, Problem):
         return _failed_page(source, page, layout.name, found, {"render": timings["render"]})
@@ -240,7 +241,7 @@ def _laid_out(source: SourcePage, page: RenderedPage, found: list[Region] | Prob
     return LaidOutPage(source.index, page, chosen.name, prepared, timings, chosen.reason)
 
 
-def _prepare(source: SourcePage, page: RenderedPage, regions: list[Region],
+def _prepare(source: SourcePage, page: RenderedPage, regions: list[DetectedRegion],
              options: RegionOptions) -> list[PreparedRegion]:
     """prepare_regions with the PDF text layer when asked for; a page whose text layer cannot be read goes without."""
     if options.text_layer == "off" or not source.document.is_pdf:
@@ -310,7 +311,7 @@ def _failed_page(source: SourcePage, page: RenderedPage, layout: str, problem: P
     return FinishedPage(output, page, source.document.page_count)
 
 
-def document_status(pages: list[PageOutput]) -> DocumentStatus:
+def document_status(pages: list[PageOutput]) -> DocumentOutcome:
     """`succeeded` when every page did, `failed` when none did, else `partial`."""
     failed = sum(1 for page in pages if page.status == "failed")
     if failed == 0:

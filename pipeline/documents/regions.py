@@ -19,7 +19,7 @@ import numpy as np
 import pymupdf
 from PIL import Image
 
-from pipeline.documents.layout import BBox, Region
+from pipeline.documents.layout_contract import BBox, DetectedRegion
 from pipeline.documents.render import RenderedPage
 
 TextLayerMode = Literal["auto", "off"]
@@ -52,7 +52,7 @@ class PreparedRegion:
     """A region and what to do with it: `task` None is a picture (`text`: the words printed on it, if any); `text`
     set on any other region means the text layer answered."""
 
-    region: Region
+    region: DetectedRegion
     task: str | None
     crop_box: tuple[int, int, int, int] | None  # pixels, margin included; None for a box outside the page
     text: str | None = None
@@ -88,7 +88,7 @@ def crop(page: RenderedPage, box: tuple[int, int, int, int]) -> Image.Image:
     return page.image.crop(box)
 
 
-def prepare_regions(page: RenderedPage, regions: list[Region], options: RegionOptions,
+def prepare_regions(page: RenderedPage, regions: list[DetectedRegion], options: RegionOptions,
                     pdf_page: pymupdf.Page | None = None) -> list[PreparedRegion]:
     """Task, crop box and (for born-digital text on a PDF page, when enabled) text-layer text for each region."""
     reader = _TextLayer(page, pdf_page) if pdf_page is not None and options.text_layer == "auto" else None

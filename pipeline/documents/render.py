@@ -2,8 +2,8 @@
 
 Every page image remembers how its pixels map back to page points, so region boxes found on the image can be
 stored in the page's own coordinates (and used, for instance, as a clip for PyMuPDF's text layer). A page that
-cannot be rendered becomes a PageResult with an error code; its siblings still render, and the document is
-then `partial`, never failed as a whole for one page.
+cannot be rendered becomes a RenderAttempt with an error code rather than an exception, so its siblings still
+render and one bad page fails alone.
 
 Coordinates. For a PDF, points are PyMuPDF's page space: the *unrotated* page, origin at the crop box's top
 left, y pointing down, 1/72 inch units (what `page.get_text("words")` returns and `clip=` accepts); the image is
@@ -16,17 +16,14 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Literal
 
 import pymupdf
 from PIL import Image, ImageOps
 
 from pipeline.documents.errors import DocumentError
-from pipeline.documents.ingest import IngestedDocument, Limits, SourcePage
+from pipeline.documents.ingest import Limits, SourcePage
 
-DocumentStatus = Literal["succeeded", "partial", "failed"]
 Matrix6 = tuple[float, float, float, float, float, float]  # (a, b, c, d, e, f): x' = a x + c y + e, y' = b x + d y + f
 
 _PLAUSIBLE_DPI = (36.0, 4800.0)  # resolution tags outside this range (0, 1, 72000) are treated as absent
@@ -91,61 +88,23 @@ class RenderedPage:
 
 
 @dataclass(frozen=True)
-class PageResult:
-    """The outcome for one page: a rendered page, or the error that stopped it."""
+class RenderAttempt:
+    """One page's render: the image, or the error that stopped it."""
 
     index: int
     page: RenderedPage | None = None
     error: DocumentError | None = None
 
-    @property
-    def ok(self) -> bool:
-        return self.error is None
 
-    @property
-    def error_code(self) -> str | None:
-        return self.error.code if self.error else None
-
-
-@dataclass(frozen=True)
-class RenderedDocument:
-    """All page results of a document and the status they add up to."""
-
-    pages: list[PageResult]
-
-    @property
-    def status(self) -> DocumentStatus:
-        return document_status(self.pages)
-
-
-def document_status(results: list[PageResult]) -> DocumentStatus:
-    """`succeeded` when every page rendered, `failed` when none did, else `partial`."""
-    failed = sum(1 for result in results if not result.ok)
-    if failed == 0:
-        return "succeeded"
-    return "failed" if failed == len(results) else "partial"
-
-
-def render_document(document: IngestedDocument) -> RenderedDocument:
-    """Render every page, holding all images in memory; prefer render_pages() for long documents."""
-    return RenderedDocument(list(render_pages(document)))
-
-
-def render_pages(document: IngestedDocument) -> Iterator[PageResult]:
-    """Render pages one at a time; a failing page yields a PageResult with its error and rendering goes on."""
-    for source in document.pages():
-        yield render_page_result(source)
-
-
-def render_page_result(source: SourcePage) -> PageResult:
+def render_page_result(source: SourcePage) -> RenderAttempt:
     """Render one page and never raise: any failure becomes the page's error (unknown ones are `corrupt`)."""
     try:
-        return PageResult(source.index, page=render_page(source))
+        return RenderAttempt(source.index, page=render_page(source))
     except DocumentError as exc:
-        return PageResult(source.index, error=exc)
+        return RenderAttempt(source.index, error=exc)
     except Exception as exc:  # MuPDF and Pillow raise many types for damaged content; all mean a bad page
         error = DocumentError("corrupt", f"page {source.index + 1} cannot be rendered: {type(exc).__name__}: {exc}")
-        return PageResult(source.index, error=error)
+        return RenderAttempt(source.index, error=error)
 
 
 def render_page(source: SourcePage) -> RenderedPage:

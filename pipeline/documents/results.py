@@ -8,13 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pipeline.documents.layout import BBox
-from pipeline.documents.render import DocumentStatus
+from pipeline.documents.layout_contract import BBox
 
 # Where a region's content came from: "none" is a picture (or a failure), "cache" a crop recognised before.
 RegionSource = Literal["model", "text-layer", "cache", "none"]
 RegionStatus = Literal["succeeded", "failed", "skipped"]
 PageStatus = Literal["succeeded", "failed"]
+# Not `DocumentStatus`: that is the API's whole status body (api/schemas.py); this is only its final value.
+DocumentOutcome = Literal["succeeded", "partial", "failed"]
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ class PageOutput:
 @dataclass(frozen=True)
 class DocumentOutput:
     name: str
-    status: DocumentStatus
+    status: DocumentOutcome
     sha256: str | None = None
     media_type: str | None = None
     size_bytes: int | None = None

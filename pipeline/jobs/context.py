@@ -14,7 +14,8 @@ from typing import Protocol
 from sqlalchemy import Engine
 
 from pipeline.config import Settings
-from pipeline.documents.layout import LayoutBackend, LayoutModelUnavailable, layout_backend
+from pipeline.documents.layout import LayoutBackend, layout_backend
+from pipeline.documents.layout_weights import LayoutModelUnavailable
 from pipeline.documents.recognize import Recognizer
 from pipeline.engine_settings import layout_device
 from pipeline.jobs.dispatch import Dispatcher

@@ -12,7 +12,7 @@ import pytest
 
 from benchmarks import text_recall
 from pipeline.documents.ingest import SourcePage
-from pipeline.documents.layout import Region
+from pipeline.documents.layout_contract import DetectedRegion
 from pipeline.documents.layout_pdf import PdfLayout
 from pipeline.documents.render import RenderedPage
 from tests.documents import born_digital
@@ -44,7 +44,7 @@ class FirstRegionOnly:
 
     name = "lossy"
 
-    def detect(self, page: RenderedPage, source: SourcePage) -> list[Region]:
+    def detect(self, page: RenderedPage, source: SourcePage) -> list[DetectedRegion]:
         return PdfLayout().detect(page, source)[:1]
 
 

@@ -16,7 +16,7 @@ from PIL import Image
 
 from pipeline.documents.errors import ERROR_CODES, DocumentError
 from pipeline.documents.ingest import Limits, ingest, sniff
-from pipeline.documents.render import render_document
+from pipeline.documents.render import render_page_result
 from tests.documents.samples import (
     CORPUS_PDFS,
     ENCRYPTED,
@@ -213,8 +213,9 @@ def ingest_and_render(data: bytes) -> None:
         assert exc.code in ERROR_CODES
         return
     with document:
-        for result in render_document(document).pages:
-            assert result.ok or result.error_code in ERROR_CODES
+        for source in document.pages():
+            error = render_page_result(source).error
+            assert error is None or error.code in ERROR_CODES
 
 
 # --- the error type --------------------------------------------------------------------------------------------

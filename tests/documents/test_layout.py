@@ -16,7 +16,8 @@ from PIL import Image
 
 from pipeline.config import Settings
 from pipeline.documents.ingest import IngestedDocument, Limits, SourcePage, ingest
-from pipeline.documents.layout import LABELS, AutoLayout, PageLayout, Region, detect_many, layout_backend
+from pipeline.documents.layout import AutoLayout, detect_many, layout_backend
+from pipeline.documents.layout_contract import LABELS, DetectedRegion
 from pipeline.documents.layout_model import (
     PADDLE_CLASSES,
     Detection,
@@ -26,6 +27,7 @@ from pipeline.documents.layout_model import (
     reading_ranks,
 )
 from pipeline.documents.layout_order import xy_cut_order
+from pipeline.documents.layout_page import PageLayout
 from pipeline.documents.layout_pdf import PdfLayout
 from pipeline.documents.layout_weights import LayoutModelUnavailable, local_layout_weights
 from pipeline.documents.process import ProcessOptions, process_document
@@ -44,7 +46,7 @@ def pages_of(data: bytes, dpi: int = DPI) -> tuple[IngestedDocument, list[tuple[
     return document, [(render_page(source), source) for source in document.pages()]
 
 
-def assert_well_formed(regions: list[Region], page: RenderedPage) -> None:
+def assert_well_formed(regions: list[DetectedRegion], page: RenderedPage) -> None:
     assert [region.order for region in regions] == list(range(len(regions)))
     for region in regions:
         x0, y0, x1, y1 = region.bbox
@@ -53,7 +55,7 @@ def assert_well_formed(regions: list[Region], page: RenderedPage) -> None:
         assert 0 < region.score <= 1
 
 
-def words_in(page: RenderedPage, source: SourcePage, region: Region) -> str:
+def words_in(page: RenderedPage, source: SourcePage, region: DetectedRegion) -> str:
     """The PDF's own text under a region (via the box mapped back to points): what the region holds."""
     pdf_page = source.load()
     return " ".join(pdf_page.get_textbox(pymupdf.Rect(page.to_points(region.bbox))).split())
@@ -151,7 +153,7 @@ def test_raster_page_with_pdf_backend_is_the_whole_page():
     document, pages = pages_of(image_bytes(Image.new("RGB", (300, 200), "white"), "PNG"))
     with document:
         page, source = pages[0]
-        assert PdfLayout().detect(page, source) == [Region((0.0, 0.0, 300.0, 200.0), "text", 1.0, 0)]
+        assert PdfLayout().detect(page, source) == [DetectedRegion((0.0, 0.0, 300.0, 200.0), "text", 1.0, 0)]
 
 
 def test_synthetic_page_labels_and_order():
@@ -271,7 +273,7 @@ def test_pp_doclayout_is_deterministic(layout_checkpoint_factory):
         assert backend.detect(*pages[0]) == backend.detect(*pages[0])
 
 
-def assert_same_regions(found: list[list[Region]], expected: list[list[Region]]) -> None:
+def assert_same_regions(found: list[list[DetectedRegion]], expected: list[list[DetectedRegion]]) -> None:
     """Page for page the same regions: labels and reading order exactly, boxes and scores up to float rounding
     (convolution kernels are picked by batch size, which moves a box by about 1e-4 pixel)."""
     assert [[(r.label, r.order) for r in page] for page in found] == [[(r.label, r.order) for r in page]
@@ -450,4 +452,4 @@ def test_page_backend_is_the_whole_page():
     with document:
         page, source = pages[0]
         assert layout_backend("page").detect(page, source) == [
-            Region((0.0, 0.0, float(page.width_px), float(page.height_px)), "text", 1.0, 0)]
+            DetectedRegion((0.0, 0.0, float(page.width_px), float(page.height_px)), "text", 1.0, 0)]

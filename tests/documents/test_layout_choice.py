@@ -6,7 +6,8 @@ import pytest
 from PIL import Image
 
 from pipeline.documents.ingest import Limits
-from pipeline.documents.layout import AutoLayout, PageLayout
+from pipeline.documents.layout import AutoLayout
+from pipeline.documents.layout_page import PageLayout
 from pipeline.documents.layout_pdf import PdfLayout
 from pipeline.documents.lazy_recognizer import LazyRecognizer, ModelUnavailable
 from pipeline.documents.process import ProcessOptions, process_document

@@ -7,7 +7,7 @@ from concurrent.futures import Future
 from PIL import Image
 
 from pipeline.documents.ingest import Limits
-from pipeline.documents.layout import PageLayout
+from pipeline.documents.layout_page import PageLayout
 from pipeline.documents.lazy_recognizer import LazyRecognizer, ModelUnavailable
 from pipeline.documents.process import ProcessOptions, process_document
 from pipeline.documents.recognize import Recognition, RecognitionTask

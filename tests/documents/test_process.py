@@ -16,7 +16,8 @@ import pytest
 
 from pipeline.documents.assemble import document_json, document_markdown, load_schema
 from pipeline.documents.ingest import Limits, SourcePage
-from pipeline.documents.layout import PageLayout, Region
+from pipeline.documents.layout_contract import DetectedRegion
+from pipeline.documents.layout_page import PageLayout
 from pipeline.documents.lazy_recognizer import LazyRecognizer, ModelUnavailable
 from pipeline.documents.page_ranges import parse_page_ranges
 from pipeline.documents.process import ProcessOptions, expand_inputs, process_document, process_file
@@ -37,9 +38,9 @@ class Article:
              ("display_formula", (0.3, 0.65, 0.7, 0.7)), ("image", (0.1, 0.75, 0.5, 0.9)),
              ("number", (0.45, 0.95, 0.55, 0.98)), ("text", (1.5, 1.5, 2.0, 2.0))]  # the last lies off the page
 
-    def detect(self, page: RenderedPage, source: SourcePage) -> list[Region]:
+    def detect(self, page: RenderedPage, source: SourcePage) -> list[DetectedRegion]:
         w, h = page.width_px, page.height_px
-        return [Region((x0 * w, y0 * h, x1 * w, y1 * h), label, 0.8, order)
+        return [DetectedRegion((x0 * w, y0 * h, x1 * w, y1 * h), label, 0.8, order)
                 for order, (label, (x0, y0, x1, y1)) in enumerate(self.BOXES)]
 
 
@@ -130,9 +131,15 @@ def test_one_bad_page_fails_alone_and_the_document_is_partial():
     assert result.pages[1].error.code == "page_too_large" and result.status == "partial"
 
 
+def test_a_document_whose_every_page_fails_is_failed():
+    options = ProcessOptions(Limits(max_page_pixels=10_000))
+    result = process_document(tiff_pages([(500, 400), (400, 500)]), "scan.tiff", Scripted(), PageLayout(), options)
+    assert ([page.status for page in result.pages], result.status) == (["failed", "failed"], "failed")
+
+
 def test_a_layout_failure_fails_its_page_only():
     class Flaky(Article):
-        def detect(self, page: RenderedPage, source: SourcePage) -> list[Region]:
+        def detect(self, page: RenderedPage, source: SourcePage) -> list[DetectedRegion]:
             if page.index == 1:
                 raise RuntimeError("model tripped")
             return super().detect(page, source)
@@ -149,12 +156,12 @@ class Batched(Article):
     def __init__(self, trips: int | None = None) -> None:
         self.trips, self.batches = trips, []
 
-    def detect(self, page: RenderedPage, source: SourcePage) -> list[Region]:
+    def detect(self, page: RenderedPage, source: SourcePage) -> list[DetectedRegion]:
         if page.index == self.trips:
             raise RuntimeError("model tripped")
         return super().detect(page, source)
 
-    def detect_many(self, pages: list[tuple[RenderedPage, SourcePage]]) -> list[list[Region]]:
+    def detect_many(self, pages: list[tuple[RenderedPage, SourcePage]]) -> list[list[DetectedRegion]]:
         self.batches.append([page.index for page, _ in pages])
         return [self.detect(page, source) for page, source in pages]
 

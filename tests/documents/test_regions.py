@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from pipeline.documents.ingest import Limits, ingest
-from pipeline.documents.layout import LABELS, Region
+from pipeline.documents.layout_contract import LABELS, DetectedRegion
 from pipeline.documents.recognize import task_prompt
 from pipeline.documents.regions import (
     RegionOptions,
@@ -78,21 +78,22 @@ def test_a_crop_takes_the_margin_in_points_and_stays_on_the_page():
 
 def test_a_born_digital_text_region_takes_the_text_layer_and_skips_the_model():
     page, pdf_page = _pdf_page(_text)
-    [item] = prepare_regions(page, [Region((10, 20, 200, 50), "text", 0.9, 0)], DEFAULTS, pdf_page)
+    [item] = prepare_regions(page, [DetectedRegion((10, 20, 200, 50), "text", 0.9, 0)], DEFAULTS, pdf_page)
     assert item.text == "Hello quire world"
     assert item.task == "ocr" and not item.needs_model
 
 
 def test_the_text_layer_is_not_used_when_switched_off_or_without_a_pdf_page():
     page, pdf_page = _pdf_page(_text)
-    region = Region((10, 20, 200, 50), "text", 0.9, 0)
+    region = DetectedRegion((10, 20, 200, 50), "text", 0.9, 0)
     assert prepare_regions(page, [region], RegionOptions(text_layer="off"), pdf_page)[0].needs_model
     assert prepare_regions(page, [region], DEFAULTS)[0].needs_model
 
 
 def test_tables_and_formulas_always_go_to_the_model_even_with_a_text_layer():
     page, pdf_page = _pdf_page(_text)
-    regions = [Region((10, 20, 200, 50), "table", 0.9, 0), Region((10, 20, 200, 50), "display_formula", 0.9, 1)]
+    regions = [DetectedRegion((10, 20, 200, 50), "table", 0.9, 0),
+               DetectedRegion((10, 20, 200, 50), "display_formula", 0.9, 1)]
     assert all(item.needs_model for item in prepare_regions(page, regions, DEFAULTS, pdf_page))
 
 
@@ -102,7 +103,7 @@ def test_ink_outside_the_words_sends_the_region_to_the_model():
         page.draw_rect(pymupdf.Rect(20, 60, 120, 140), color=(0, 0, 0), fill=(0, 0, 0))
 
     page, pdf_page = _pdf_page(text_and_figure)
-    [item] = prepare_regions(page, [Region((10, 20, 200, 150), "text", 0.9, 0)], DEFAULTS, pdf_page)
+    [item] = prepare_regions(page, [DetectedRegion((10, 20, 200, 150), "text", 0.9, 0)], DEFAULTS, pdf_page)
     assert item.text is None and item.needs_model
 
 
@@ -116,7 +117,7 @@ def test_text_over_an_embedded_image_goes_to_the_model():
         _text(page)
 
     page, pdf_page = _pdf_page(scanned)
-    [item] = prepare_regions(page, [Region((10, 20, 200, 50), "text", 0.9, 0)], DEFAULTS, pdf_page)
+    [item] = prepare_regions(page, [DetectedRegion((10, 20, 200, 50), "text", 0.9, 0)], DEFAULTS, pdf_page)
     assert item.needs_model
 
 
@@ -124,7 +125,8 @@ def test_a_word_cut_by_a_box_edge_belongs_to_the_box_holding_its_centre():
     page, pdf_page = _pdf_page(_text)
     quire = next(word for word in pdf_page.get_text("words") if word[4] == "quire")
     edge = quire[0] + 0.75 * (quire[2] - quire[0])  # most of "quire" lies left of the edge
-    left, right = Region((10, 20, edge, 50), "text", 0.9, 0), Region((edge, 20, 200, 50), "text", 0.9, 1)
+    left = DetectedRegion((10, 20, edge, 50), "text", 0.9, 0)
+    right = DetectedRegion((edge, 20, 200, 50), "text", 0.9, 1)
     texts = [item.text for item in prepare_regions(page, [left, right], DEFAULTS, pdf_page)]
     assert texts[0] == "Hello quire"
     assert texts[1] is None  # the tail of "quire" is ink its own words do not explain: the model reads it
@@ -135,7 +137,7 @@ def test_a_real_latex_page_region_reads_its_paragraph_from_the_text_layer():
     source = next(document.pages())
     page, pdf_page = render_page(source), source.load()
     x0, y0, x1, y1, expected = pdf_page.get_text("blocks")[0][:5]
-    [item] = prepare_regions(page, [Region((x0, y0, x1, y1), "text", 1.0, 0)], DEFAULTS, pdf_page)
+    [item] = prepare_regions(page, [DetectedRegion((x0, y0, x1, y1), "text", 1.0, 0)], DEFAULTS, pdf_page)
     assert item.text is not None
     assert item.text.split() == expected.split()
 
@@ -152,7 +154,7 @@ def test_a_picture_keeps_the_words_printed_on_it_without_going_to_the_model():
         page.insert_text((30, 170), "0 10 20 Zeit [s]", fontsize=8)
 
     page, pdf_page = _pdf_page(chart)
-    regions = [Region((10, 10, 210, 180), "image", 0.9, 0), Region((10, 10, 210, 180), "chart", 0.9, 1)]
+    regions = [DetectedRegion((10, 10, 210, 180), "image", 0.9, 0), DetectedRegion((10, 10, 210, 180), "chart", 0.9, 1)]
     image, chart_region = prepare_regions(page, regions, DEFAULTS, pdf_page)
     assert (image.task, image.text, image.needs_model) == (None, "0 10 20 Zeit [s]", False)
     assert chart_region.text == "0 10 20 Zeit [s]"  # a chart is a picture too while charts are not recognised
@@ -160,7 +162,7 @@ def test_a_picture_keeps_the_words_printed_on_it_without_going_to_the_model():
 
 def test_a_photo_without_words_has_no_text():
     page, pdf_page = _pdf_page(lambda page: page.draw_rect(pymupdf.Rect(20, 20, 200, 150), fill=(0, 0, 0)))
-    [item] = prepare_regions(page, [Region((10, 10, 210, 180), "image", 0.9, 0)], DEFAULTS, pdf_page)
+    [item] = prepare_regions(page, [DetectedRegion((10, 10, 210, 180), "image", 0.9, 0)], DEFAULTS, pdf_page)
     assert item.text is None
 
 
@@ -173,5 +175,5 @@ def test_upright_lines_of_a_page_shown_rotated_read_forwards():
     document = ingest(pdf.tobytes(), Limits(dpi=72))
     source = next(document.pages())
     rendered = render_page(source)
-    [item] = prepare_regions(rendered, [Region((0, 0, 300, 200), "text", 0.9, 0)], DEFAULTS, source.load())
+    [item] = prepare_regions(rendered, [DetectedRegion((0, 0, 300, 200), "text", 0.9, 0)], DEFAULTS, source.load())
     assert item.text == "first line reads forwards\nand so does the second"

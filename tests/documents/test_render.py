@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from pipeline.documents.ingest import Limits, ingest
-from pipeline.documents.render import PageResult, RenderedPage, document_status, render_document, render_pages
+from pipeline.documents.render import RenderAttempt, RenderedPage, render_page_result
 from tests.documents.samples import (
     CORPUS_PDFS,
     ENCRYPTED_PASSWORD,
@@ -21,9 +21,13 @@ from tests.documents.samples import (
 )
 
 
-def render(data: bytes, limits: Limits | None = None, password: str | None = None) -> list[PageResult]:
+def render(data: bytes, limits: Limits | None = None, password: str | None = None) -> list[RenderAttempt]:
     with ingest(data, limits or Limits(), password) as document:
-        return render_document(document).pages
+        return [render_page_result(source) for source in document.pages()]
+
+
+def error_codes(results: list[RenderAttempt]) -> list[str | None]:
+    return [result.error.code if result.error else None for result in results]
 
 
 def dark_bbox(page: RenderedPage) -> tuple[int, int, int, int]:
@@ -40,13 +44,11 @@ def test_every_corpus_page_renders(name: str):
     data = corpus_bytes(name)
     source = pymupdf.open(stream=data, filetype="pdf")
     source.authenticate(ENCRYPTED_PASSWORD)
-    with ingest(data, Limits(), password=ENCRYPTED_PASSWORD) as document:
-        rendered = render_document(document)
-    assert rendered.status == "succeeded"
-    assert len(rendered.pages) == source.page_count
-    for result, pdf_page in zip(rendered.pages, source, strict=True):
+    rendered = render(data, password=ENCRYPTED_PASSWORD)
+    assert len(rendered) == source.page_count
+    for result, pdf_page in zip(rendered, source, strict=True):
         page = result.page
-        assert result.ok and page is not None
+        assert result.error is None and page is not None
         assert page.image.mode == "RGB"
         assert page.dpi == pytest.approx(200)
         assert (page.width_pt, page.height_pt) == pytest.approx((pdf_page.rect.width, pdf_page.rect.height))
@@ -91,7 +93,7 @@ def test_dark_box_found_on_the_image_maps_to_its_page_points(rotation: int):
 
 def test_encrypted_pdf_renders_with_its_password():
     (result,) = render(corpus_bytes("libreoffice-writer-password.pdf"), password=ENCRYPTED_PASSWORD)
-    assert result.ok
+    assert result.error is None
 
 
 # --- the max-pixels cap ------------------------------------------------------------------------------------------
@@ -112,7 +114,7 @@ def test_dpi_is_lowered_to_fit_max_render_pixels():
 @pytest.mark.parametrize("box", ["/MediaBox [0 0 14400 14400] /UserUnit 50", "/MediaBox [0 0 14400 1]"])
 def test_huge_or_thin_pages_fit_the_cap(box: str):
     (result,) = render(build_pdf([box]), Limits(max_render_pixels=2_000_000))
-    assert result.ok
+    assert result.error is None
     assert result.page.width_px * result.page.height_px <= 2_000_000
 
 
@@ -178,12 +180,9 @@ def test_page_image_saves_as_png():
 # --- one bad page does not fail its siblings ---------------------------------------------------------------------
 
 
-def test_one_oversized_tiff_frame_makes_the_document_partial():
-    data = tiff_pages([(50, 40), (500, 400), (60, 40)])
-    with ingest(data, Limits(max_page_pixels=10_000)) as document:
-        rendered = render_document(document)
-    assert [result.error_code for result in rendered.pages] == [None, "page_too_large", None]
-    assert rendered.status == "partial"
+def test_one_oversized_tiff_frame_fails_alone():
+    results = render(tiff_pages([(50, 40), (500, 400), (60, 40)]), Limits(max_page_pixels=10_000))
+    assert error_codes(results) == [None, "page_too_large", None]
 
 
 def test_pdf_page_embedding_a_pixel_bomb_fails_alone():
@@ -195,9 +194,7 @@ def test_pdf_page_embedding_a_pixel_bomb_fails_alone():
         ],
         {8: stream_object(b"q 612 0 0 792 0 0 cm /Im1 Do Q"), 9: bomb + " /Length 3 >>\nstream\nabc\nendstream"},
     )
-    results = render(data, Limits(dpi=50))
-    assert [result.error_code for result in results] == [None, "page_too_large"]
-    assert document_status(results) == "partial"
+    assert error_codes(render(data, Limits(dpi=50))) == [None, "page_too_large"]
 
 
 def test_an_unexpected_library_error_on_one_page_becomes_corrupt(monkeypatch: pytest.MonkeyPatch):
@@ -209,15 +206,12 @@ def test_an_unexpected_library_error_on_one_page_becomes_corrupt(monkeypatch: py
         return real(page, *args, **kwargs)
 
     monkeypatch.setattr(pymupdf.Page, "get_pixmap", flaky)
-    with ingest(corpus_bytes("pdflatex-4-pages.pdf"), Limits(dpi=30)) as document:
-        results = list(render_pages(document))
-    assert [result.error_code for result in results] == [None, "corrupt", None, None]
+    results = render(corpus_bytes("pdflatex-4-pages.pdf"), Limits(dpi=30))
+    assert error_codes(results) == [None, "corrupt", None, None]
     assert "simulated MuPDF failure" in results[1].error.message
-    assert document_status(results) == "partial"
 
 
-def test_every_page_failing_is_failed():
+def test_undecodable_pixels_are_corrupt():
     truncated = image_bytes(Image.effect_noise((200, 200), 64).convert("RGB"), "PNG")[:300]
     results = render(truncated)  # the header is intact, so ingest accepts it; decoding the pixels fails
-    assert [result.error_code for result in results] == ["corrupt"]
-    assert document_status(results) == "failed"
+    assert error_codes(results) == ["corrupt"]

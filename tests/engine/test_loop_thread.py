@@ -1,6 +1,6 @@
 """The background loop: however many threads submit at once to a cold engine, one loop thread steps it. Two loops
 stepping one scheduler corrupted block tables (IndexError in the prefix cache), which failed every page a GPU
-worker with several threads received first after its engine loaded (seen by benchmarks/pipeline.py)."""
+worker with several threads received first after its engine loaded (seen by benchmarks/service_overhead.py)."""
 
 from __future__ import annotations
 

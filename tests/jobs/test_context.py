@@ -10,8 +10,8 @@ import torch
 
 from pipeline.config import Settings
 from pipeline.db.session import create_db_engine
-from pipeline.documents.layout import LayoutModelUnavailable
 from pipeline.documents.layout_model import PPDocLayout
+from pipeline.documents.layout_weights import LayoutModelUnavailable
 from pipeline.jobs import context as context_module
 from pipeline.jobs.context import Context
 from pipeline.storage import LocalBlobStore

@@ -29,7 +29,7 @@ Targets (issue 8): overhead_ms_per_region < 5, engine_busy_share >= 0.8 in (b). 
 (b)'s figures at the top level, (a)'s under `in_process`, the ratios b/a under `ratios`, and whether each target
 is met under `targets_met`.
 
-    PYTHONPATH=. .venv/bin/python -m benchmarks.pipeline [--documents 20] [--pages 5] [--model DIR]
+    .venv/bin/python -m benchmarks.service_overhead [--documents 20] [--pages 5] [--model DIR]
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ def main() -> int:
     args = parser.parse_args()
     exit_on_sigterm()
     measured, warmup = documents("bench", args.documents, args.pages), documents("warm-up", args.warmup, args.pages)
-    with tempfile.TemporaryDirectory(prefix="quire-pipeline-") as directory:
+    with tempfile.TemporaryDirectory(prefix="quire-service-overhead-") as directory:
         root = Path(directory)
         model = args.model
         if model is None:
