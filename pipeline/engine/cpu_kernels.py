@@ -1,4 +1,5 @@
-"""The engine's CPU fast paths: kernels compiled once per machine from csrc/, and prepacked GEMM weights.
+"""The engine's CPU fast paths: kernels compiled once per machine from csrc/, prepacked GEMM weights, and OpenMP
+threads sized to the cores this process may use and bound one per core.
 
 Building needs a C++ compiler and ninja; where either is missing the engine keeps its torch path, so a
 kernel is always an optimisation, never a requirement. Set QUIRE_CPU_KERNELS=0 to use the torch path.
@@ -13,6 +14,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from types import ModuleType
 
@@ -22,10 +24,12 @@ from torch import nn
 from .model.paddleocr_vl import StackedLinear
 
 log = logging.getLogger(__name__)
-SOURCE = Path(__file__).with_name("csrc") / "paged_decode.cpp"
+CSRC = Path(__file__).with_name("csrc")
+SOURCES = sorted(CSRC.glob("*.cpp"))
 CFLAGS = ["-O3", "-march=native", "-fopenmp"]
 LDFLAGS = ["-fopenmp"]
 STALE_LOCK_S = 600  # a build takes well under a minute; a lock this old was left by a killed builder
+LINEARS = (nn.Linear, StackedLinear)  # exact types: a subclass (a quantized linear) has a forward of its own
 
 
 def enabled() -> bool:
@@ -34,7 +38,7 @@ def enabled() -> bool:
 
 @functools.cache
 def paged_decode_module() -> ModuleType | None:
-    """The compiled paged-decode module, or None when it is disabled or cannot be built here."""
+    """The compiled CPU extension (paged decode, thread binding), or None when it is disabled or cannot be built."""
     if not enabled():
         return None
     try:
@@ -55,8 +59,9 @@ def _built_module() -> ModuleType:
     """
     from torch.utils.cpp_extension import get_default_build_root, load
 
-    digest = hashlib.sha256(SOURCE.read_bytes() + repr((CFLAGS, LDFLAGS, torch.__version__)).encode()).hexdigest()
-    name = f"quire_paged_decode_{digest[:16]}"
+    code = b"".join(path.read_bytes() for path in sorted(CSRC.iterdir()) if path.suffix in (".cpp", ".h"))
+    digest = hashlib.sha256(code + repr((CFLAGS, LDFLAGS, torch.__version__)).encode()).hexdigest()
+    name = f"quire_cpu_kernels_{digest[:16]}"
     directory = Path(get_default_build_root()) / name
     library = directory / f"{name}.so"
     if library.exists():
@@ -66,7 +71,7 @@ def _built_module() -> ModuleType:
     if lock.exists() and time.time() - lock.stat().st_mtime > STALE_LOCK_S:
         lock.unlink(missing_ok=True)
     ensure_ninja_on_path()
-    return load(name=name, sources=[str(SOURCE)], build_directory=str(directory), verbose=False,
+    return load(name=name, sources=[str(path) for path in SOURCES], build_directory=str(directory), verbose=False,
                 extra_cflags=CFLAGS, extra_ldflags=LDFLAGS)
 
 
@@ -87,33 +92,103 @@ def ensure_ninja_on_path() -> None:
         os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
 
 
+def packable_dtypes() -> frozenset[torch.dtype]:
+    """fp32 always; bf16 where oneDNN has a bf16 GEMM for this CPU (AVX512BW/VL/DQ or AVX-NE-CONVERT): on AVX2 alone
+    it refuses to reorder a bf16 weight."""
+    if torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return frozenset({torch.float32, torch.bfloat16})
+    return frozenset({torch.float32})
+
+
 class PrepackedLinear(nn.Module):
-    """An nn.Linear whose weight oneDNN has reordered once for its fp32 GEMM, as vLLM's CPU backend does.
+    """An nn.Linear whose weight oneDNN has reordered once for its GEMM, as vLLM's CPU backend does.
 
     F.linear repacks the weight on every call, which at decode sizes costs more than the arithmetic
     (the 103k-row lm_head most of all): the prepacked GEMM is about twice as fast there and no slower at
-    prefill sizes. The original parameters stay, under their names, for everything that reads them.
+    prefill sizes. The packed tensor replaces the weight under its name: its shape, dtype and device are the
+    weight's (what the model's readers ask), and reading its values fails loudly instead of keeping a second copy
+    of every weight. A `shared` weight (a head tied to the embedding, which still looks rows up in it) stays as it is.
     """
 
-    def __init__(self, linear: nn.Linear, batch_size: int) -> None:
+    def __init__(self, linear: nn.Linear, batch_size: int, shared: bool = False) -> None:
         super().__init__()
-        self.weight, self.bias = linear.weight, linear.bias
         self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), batch_size)
+        self.weight = linear.weight if shared else nn.Parameter(self.packed, requires_grad=False)
+        self.bias = linear.bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [None], "")
 
 
 def prepack_linears(model: nn.Module, batch_size: int) -> int:
-    """Swap every fp32 CPU nn.Linear of `model` for a PrepackedLinear; returns how many (0 when unavailable)."""
-    weight = next(model.parameters())
-    usable = weight.device.type == "cpu" and weight.dtype == torch.float32 and torch.backends.mkldnn.is_available()
-    if not usable or not enabled():
+    """Swap every CPU nn.Linear of `model` whose dtype oneDNN packs for a PrepackedLinear; returns how many.
+
+    One at a time, each original freed before the next is packed, so the model never takes twice its memory.
+    """
+    if not enabled() or not torch.backends.mkldnn.is_available():
         return 0
-    swapped = 0
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if type(child) in (nn.Linear, StackedLinear):
-                parent._modules[name] = PrepackedLinear(child, batch_size)
-                swapped += 1
-    return swapped
+    dtypes, shared = packable_dtypes(), _weights_outside_linears(model)
+    targets = [(parent, name) for parent in model.modules() for name, child in parent.named_children()
+               if type(child) in LINEARS and child.weight.device.type == "cpu" and child.weight.dtype in dtypes]
+    for parent, name in targets:
+        linear = parent._modules.pop(name)
+        parent._modules[name] = PrepackedLinear(linear, batch_size, id(linear.weight) in shared)
+        del linear
+    return len(targets)
+
+
+def _weights_outside_linears(model: nn.Module) -> set[int]:
+    """Parameters some other module reads too (a tied embedding): their float values must stay."""
+    others = (module for module in model.modules() if type(module) not in LINEARS)
+    return {id(p) for module in others for p in module.parameters(recurse=False)}
+
+
+def configure_cpu_threads(threads: int | None = None) -> list[tuple[int, int]]:
+    """Size torch's OpenMP pool to the cores this process may use and bind its threads one per core, as vLLM does.
+
+    torch counts the machine's cores, not those a container or taskset leaves to the process, so a worker allowed 4
+    of 64 would run 64 threads on 4. The count is `threads`, else OMP_NUM_THREADS, else one per allowed physical core.
+    OpenMP keeps a thread count and a team per thread that starts parallel work, so this sizes and binds those of the
+    calling thread: call it from the thread that runs the model. The caller itself stays unbound, as threads it
+    starts later inherit its mask. Returns (thread id, CPU) for each thread bound; none without the extension.
+    """
+    cores = allowed_cores()
+    count = threads or omp_num_threads() or len(cores)
+    torch.set_num_threads(count)
+    module = paged_decode_module()
+    if module is None or count > len(cores):
+        return []
+    own = os.sched_getaffinity(0)
+    try:
+        tids = module.bind_omp_threads(cores[:count])
+    finally:
+        os.sched_setaffinity(0, own)
+    return [(tid, cpu) for tid, cpu in zip(tids[1:], cores[1:count], strict=True) if tid >= 0]
+
+
+def allowed_cores() -> list[int]:
+    """One CPU per physical core this process may run on: SMT siblings share a core's vector units, so a second
+    GEMM thread there only contends for them."""
+    return one_per_core(sorted(os.sched_getaffinity(0)), core_of)
+
+
+def one_per_core(cpus: list[int], core: Callable[[int], Hashable]) -> list[int]:
+    first: dict[Hashable, int] = {}
+    for cpu in cpus:
+        first.setdefault(core(cpu), cpu)
+    return list(first.values())
+
+
+def core_of(cpu: int) -> Hashable:
+    """(package, core) from sysfs; the CPU itself where the topology is not exposed (each counts as a core)."""
+    topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+    try:
+        return (topology / "physical_package_id").read_text().strip(), (topology / "core_id").read_text().strip()
+    except OSError:
+        return cpu
+
+
+def omp_num_threads() -> int | None:
+    """The first level of OMP_NUM_THREADS (it may list one count per nesting level), when it is a positive count."""
+    first = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    return int(first) if first.isdigit() and int(first) > 0 else None

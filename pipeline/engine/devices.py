@@ -1,13 +1,15 @@
 """What `auto` means for the engine's device, dtype and batch size: the GPU when there is one, and its defaults.
 
 A GPU worker is started with no device settings at all, so `auto` must pick CUDA and bf16 there (fp32 would halve
-the throughput and double the KV memory); on a CPU fp32 stays the default, as bf16 is emulated on many of them.
+the throughput and double the KV memory). On a CPU `auto` picks bf16 only where the processor computes it natively
+(AVX512-BF16 or AMX): elsewhere every bf16 product is emulated through fp32 conversions, slower than fp32 itself.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 
 import torch
 
@@ -17,6 +19,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 MAX_NUM_SEQS = {"cuda": 256, "cpu": 32}
 MAX_NUM_BATCHED_TOKENS = {"cuda": 8192, "cpu": 4096}
 EXIT_DEVICE_FAILED = 70  # EX_SOFTWARE: the supervisor restarts the process
+BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 STICKY_ERRORS = ("CUDA error", "CUBLAS_STATUS", "cuDNN error", "device-side assert")
 
 
@@ -28,12 +31,29 @@ def resolve_device(name: str) -> torch.device:
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    """`auto` → bf16 on CUDA, fp32 elsewhere; a name outside DTYPES is refused with the choices."""
+    """`auto` → bf16 on CUDA and on a CPU that computes it natively, fp32 elsewhere; a name outside DTYPES is refused
+    with the choices."""
     if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
+        native = device.type == "cuda" or (device.type == "cpu" and computes_bf16(cpu_flags()))
+        return torch.bfloat16 if native else torch.float32
     if name not in DTYPES:
         raise ValueError(f"dtype must be auto or one of {sorted(DTYPES)}, not {name!r}")
     return DTYPES[name]
+
+
+def computes_bf16(flags: str) -> bool:
+    """Whether a CPU with these /proc/cpuinfo flags has bf16 arithmetic, not just conversions (AVX2 and plain
+    AVX512 only convert, so their bf16 GEMMs run slower than fp32 ones)."""
+    return not BF16_FLAGS.isdisjoint(flags.split())
+
+
+def cpu_flags() -> str:
+    """The first processor's flags from /proc/cpuinfo; empty where there is none (not Linux, or not x86)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+    return next((line.partition(":")[2] for line in text.splitlines() if line.startswith("flags")), "")
 
 
 def default_for(table: dict[str, int], device: torch.device) -> int:

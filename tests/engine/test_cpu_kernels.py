@@ -1,14 +1,20 @@
-"""The compiled paged-decode kernel gives what the torch path gives, for any block layout and dtype."""
+"""The CPU extension: its paged-decode kernel gives what the torch path gives, for any block layout and dtype;
+prepacked linears give F.linear's results without keeping a second copy of their weights; OpenMP threads are sized to
+the cores the process may use and bound one per core."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import threading
 
 import pytest
 import torch
 
 from pipeline.engine import cpu_kernels
 from pipeline.engine.attention import Chunk, PagedAttention, PagedKVCache, decode_attention
+from pipeline.engine.model.loader import load_model
+from pipeline.engine.tiny_checkpoint import TinySpec
 
 HEADS, KV_HEADS, DIM, BLOCK = 4, 2, 16, 4
 
@@ -93,6 +99,110 @@ def test_prepacked_linears_give_f_linear_results_for_every_batch_size(rows):
     assert isinstance(model[0], cpu_kernels.PrepackedLinear)
     assert set(dict(model.named_parameters())) == {"0.weight", "0.bias", "1.weight"}
     torch.testing.assert_close(model(x), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_a_prepacked_weight_is_the_packed_tensor_alone():
+    """Shape, dtype and device stay the weight's (the model reads them); no float copy stays beside it."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 1000))
+    cpu_kernels.prepack_linears(model, batch_size=16)
+    weight = model[0].weight
+    assert (weight.shape, weight.dtype, weight.device) == ((1000, 64), torch.float32, torch.device("cpu"))
+    assert weight.is_mkldnn and model[0].packed.is_mkldnn
+    with pytest.raises(NotImplementedError):
+        weight.sum()
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_a_prepacked_model_keeps_its_dtype_device_embeddings_and_logits(checkpoint_factory, tied):
+    model = load_model(checkpoint_factory(TinySpec(tied=tied, seed=1)))
+    ids = torch.tensor([3, 1, 4, 1, 5])
+    hidden = torch.randn(5, model.config.text.hidden_size)
+    expected_embeds, expected_logits = model.embed(ids), model.logits(hidden)
+    assert cpu_kernels.prepack_linears(model, batch_size=8) > 0
+    assert isinstance(model.lm_head, cpu_kernels.PrepackedLinear)
+    assert (model.dtype, model.device) == (torch.float32, torch.device("cpu"))
+    assert (model.lm_head.weight is model.model.embed_tokens.weight) == tied
+    torch.testing.assert_close(model.embed(ids), expected_embeds)
+    torch.testing.assert_close(model.logits(hidden), expected_logits, atol=1e-4, rtol=1e-4)
+
+
+def test_bf16_linears_stay_as_they_are_where_onednn_has_no_bf16_gemm(monkeypatch):
+    monkeypatch.setattr(cpu_kernels, "packable_dtypes", lambda: frozenset({torch.float32}))
+    model = torch.nn.Sequential(torch.nn.Linear(64, 100).bfloat16())
+    assert cpu_kernels.prepack_linears(model, batch_size=16) == 0
+    assert type(model[0]) is torch.nn.Linear
+
+
+@pytest.mark.skipif(torch.bfloat16 not in cpu_kernels.packable_dtypes(), reason="no oneDNN bf16 GEMM on this CPU")
+def test_bf16_linears_are_prepacked_where_onednn_has_a_bf16_gemm():
+    model = torch.nn.Sequential(torch.nn.Linear(64, 1000).bfloat16(), torch.nn.Linear(1000, 8, bias=False).bfloat16())
+    x = torch.randn(16, 64).bfloat16()
+    expected = model(x)
+    assert cpu_kernels.prepack_linears(model, batch_size=16) == 2
+    assert model[0].weight.dtype == torch.bfloat16
+    torch.testing.assert_close(model(x), expected, atol=2e-2, rtol=2e-2)
+
+
+def test_linears_of_other_kinds_are_left_to_their_own_forward():
+    class Quantized(torch.nn.Linear):
+        pass
+
+    model = torch.nn.Sequential(Quantized(64, 100))
+    assert cpu_kernels.prepack_linears(model, batch_size=16) == 0
+    assert type(model[0]) is Quantized
+
+
+@pytest.fixture
+def restore_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def _in_a_thread(work):
+    """Run `work` in a fresh thread, as the engine's loop runs the model: OpenMP keeps a thread count and a team per
+    thread that starts parallel work. Returns its result, the thread's own CPU mask and its thread count."""
+    result = {}
+
+    def run():
+        result.update(value=work(), own=os.sched_getaffinity(0), threads=torch.get_num_threads())
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    return result["value"], result["own"], result["threads"]
+
+
+def test_threads_are_one_per_allowed_core_each_worker_bound_to_its_own(kernel, restore_threads):
+    cores = cpu_kernels.allowed_cores()
+    bound, own, threads = _in_a_thread(cpu_kernels.configure_cpu_threads)
+    assert threads == len(cores)
+    assert [cpu for _, cpu in bound] == cores[1:]
+    assert all(os.sched_getaffinity(tid) == {cpu} for tid, cpu in bound)
+    assert own == os.sched_getaffinity(0), "the calling thread stays free: threads it starts inherit its mask"
+
+
+def test_an_explicit_thread_count_is_kept(monkeypatch, restore_threads):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert _in_a_thread(cpu_kernels.configure_cpu_threads)[2] == 1
+    assert _in_a_thread(lambda: cpu_kernels.configure_cpu_threads(threads=2))[2] == 2
+
+
+def test_without_the_extension_threads_are_sized_but_not_bound(monkeypatch, restore_threads):
+    monkeypatch.setattr(cpu_kernels, "paged_decode_module", lambda: None)
+    bound, _, threads = _in_a_thread(cpu_kernels.configure_cpu_threads)
+    assert bound == [] and threads == len(cpu_kernels.allowed_cores())
+
+
+def test_smt_siblings_count_as_one_core():
+    siblings = {0: "core0", 1: "core1", 2: "core0", 3: "core1"}
+    assert cpu_kernels.one_per_core([0, 1, 2, 3], siblings.__getitem__) == [0, 1]
+
+
+@pytest.mark.parametrize(("value", "threads"), [("4", 4), ("4,2", 4), ("", None), ("0", None), ("many", None)])
+def test_omp_num_threads_is_read_at_its_first_level(monkeypatch, value, threads):
+    monkeypatch.setenv("OMP_NUM_THREADS", value)
+    assert cpu_kernels.omp_num_threads() == threads
 
 
 def test_the_pip_ninja_serves_where_the_system_has_none(monkeypatch, tmp_path):

@@ -3,7 +3,7 @@
 // The torch path runs a few small ops per sequence and layer; under OpenMP those many short parallel regions
 // cost more than the arithmetic. Here one parallel region per layer covers every sequence, and each
 // sequence streams its own blocks once: scores, softmax, weighted sum of values, accumulated in fp32.
-#include <torch/extension.h>
+#include "cpu_kernels.h"
 
 #include <ATen/Parallel.h>
 
@@ -92,5 +92,3 @@ torch::Tensor paged_decode(torch::Tensor q, torch::Tensor k_pool, torch::Tensor 
   });
   return out;
 }
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("paged_decode", &paged_decode, "paged decode attention (CPU)"); }

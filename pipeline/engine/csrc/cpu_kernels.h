@@ -1,0 +1,12 @@
+// The functions the engine's CPU extension exports (module.cpp binds them for Python).
+#pragma once
+
+#include <torch/extension.h>
+
+#include <cstdint>
+#include <vector>
+
+torch::Tensor paged_decode(torch::Tensor q, torch::Tensor k_pool, torch::Tensor v_pool, torch::Tensor tables,
+                           torch::Tensor lengths, double scale);
+
+std::vector<int64_t> bind_omp_threads(const std::vector<int64_t>& cpus);
