@@ -74,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     recognize.add_argument("--model", default=None, help="local directory or hub id")
     recognize.add_argument("--task", default="ocr", choices=["ocr", "table", "formula", "chart", "spotting", "seal"])
     recognize.add_argument("--max-tokens", type=int, default=None)
+    _add_quantization_flag(recognize)
     _add_process_parser(commands)
     engine = commands.add_parser("engine", help="the inference engine on its own")
     engine_commands = engine.add_subparsers(dest="engine_command", required=True)
@@ -89,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="weights and KV cache dtype (default: QUIRE_DTYPE, auto: bfloat16 on CUDA, else float32)")
     serve.add_argument("--device", default=None,
                        help="auto, cpu, cuda or cuda:N (default: QUIRE_DEVICE, auto: CUDA when torch sees a GPU)")
+    _add_quantization_flag(serve)
     commands.add_parser("migrate", help="create or upgrade the database (QUIRE_DATABASE_URL) to the newest schema")
     _add_service_parsers(commands)
     add_account_parsers(commands)
@@ -133,11 +135,18 @@ def _add_process_parser(commands: argparse._SubParsersAction) -> None:
                          help="auto: born-digital text regions take the PDF's text instead of the model's")
     process.add_argument("--max-tokens", type=int, default=None, help="per region (default: QUIRE_MAX_TOKENS)")
     process.add_argument("--password", default=None, help="opens encrypted PDFs")
+    _add_quantization_flag(process)
     process.add_argument("--charts", action="store_true", default=settings.recognize_charts,
                          help="recognise charts (Chart Recognition:) instead of keeping them as pictures")
     process.add_argument("--seals", action="store_true", default=settings.recognize_seals,
                          help="recognise seals (Seal Recognition:) instead of keeping them as pictures")
     process.add_argument("--force", action="store_true", help="redo inputs whose output already exists")
+
+
+def _add_quantization_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quantization", default=None, choices=["none", "int8", "int4"],
+                        help="the decoder's and head's weights, quantized as they load (default: QUIRE_QUANTIZATION "
+                             "or none; a checkpoint from `quire models quantize` loads in its own)")
 
 
 def _page_ranges(text: str) -> PageRanges:
@@ -158,7 +167,7 @@ def _process(args: argparse.Namespace) -> int:
 
     settings = _settings(device=args.device, model=args.model, layout=args.layout, layout_model=args.layout_model,
                          dpi=args.dpi, text_layer=args.text_layer, recognize_charts=args.charts,
-                         recognize_seals=args.seals)
+                         recognize_seals=args.seals, quantization=args.quantization)
     todo, names, missing = _inputs_to_process(args.inputs, args.output, args.force, args.recursive)
     if not todo:
         return 1 if missing else 0
@@ -290,6 +299,7 @@ def _add_service_parsers(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--model", default=None, help="local directory or hub id (default: QUIRE_MODEL)")
+    _add_quantization_flag(serve)
     worker = commands.add_parser("worker", help="a Celery worker of the distributed mode (needs QUIRE_BROKER_URL)")
     worker.add_argument("--queues", default="cpu,gpu", help="cpu, gpu or both (default: cpu,gpu)")
     worker.add_argument("--concurrency", type=int, default=None,
@@ -297,6 +307,7 @@ def _add_service_parsers(commands: argparse._SubParsersAction) -> None:
                              "pages to fill the engine's batch: 64 on CUDA, 8 on a CPU)")
     worker.add_argument("--loglevel", default="INFO")
     worker.add_argument("--model", default=None, help="a gpu worker's local directory or hub id (default: QUIRE_MODEL)")
+    _add_quantization_flag(worker)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -310,7 +321,7 @@ def _serve(args: argparse.Namespace) -> int:
     from .db.session import get_engine
     from .storage import LocalBlobStore
 
-    settings = _settings(model=args.model)
+    settings = _settings(model=args.model, quantization=args.quantization)
     configure_logging(settings.log_format)
     require_keys = keys_required(settings.api_keys, args.host)
     print(startup_notice(settings.api_keys, args.host), file=sys.stderr, flush=True)
@@ -348,8 +359,9 @@ def _load_models(workers: EmbeddedWorkers, host: EngineHost) -> None:
 
 def _worker(args: argparse.Namespace) -> int:
     """`quire worker`: Celery on the given queues; threads when it serves gpu, so its tasks share one engine."""
-    if args.model:  # the tasks read their settings from the environment (workers/tasks.py)
-        os.environ["QUIRE_MODEL"] = args.model
+    for name, value in (("QUIRE_MODEL", args.model), ("QUIRE_QUANTIZATION", args.quantization)):
+        if value:  # the tasks read their settings from the environment (workers/tasks.py)
+            os.environ[name] = value
     settings = get_settings()
     if not settings.broker_url:
         print("error: QUIRE_BROKER_URL is not set; `quire serve` alone runs the embedded mode", file=sys.stderr)
@@ -414,7 +426,8 @@ def _serve_engine(args: argparse.Namespace) -> int:
     from .engine.server import create_app
     from .engine_settings import engine_kwargs
 
-    settings = _settings(device=args.device, dtype=args.dtype, max_num_seqs=args.max_num_seqs)
+    settings = _settings(device=args.device, dtype=args.dtype, max_num_seqs=args.max_num_seqs,
+                         quantization=args.quantization)
     model = args.model or settings.model
     engine = Engine.from_pretrained(model, **engine_kwargs(settings))
     app = create_app(engine, args.served_model_name or str(model), default_max_tokens=settings.max_tokens)
@@ -438,7 +451,7 @@ def _recognize(args: argparse.Namespace) -> int:
     from .engine.engine import Engine
     from .engine_settings import engine_kwargs, task_max_tokens
 
-    settings = get_settings()
+    settings = _settings(quantization=args.quantization)
     started = time.perf_counter()
     engine = Engine.from_pretrained(args.model or settings.model, **engine_kwargs(settings))
     loaded = time.perf_counter()

@@ -25,6 +25,10 @@ class Settings(BaseSettings):
     # share of the GPU memory free when the engine starts: a layout model on that GPU must be loaded before it
     kv_cache_fraction: Annotated[float, Field(gt=0.0, le=1.0)] = 0.8
     cuda_graphs: bool = True  # decode steps replayed as CUDA graphs; QUIRE_CUDA_GRAPHS=0 runs them eagerly
+    # the decoder's and the head's weights, quantized as they load (a checkpoint written by `quire models quantize`
+    # loads in its own scheme); QUIRE_QUANTIZATION_GROUP_SIZE: int4's group (32, 64 or 128; None: 64)
+    quantization: Literal["none", "int8", "int4"] = "none"
+    quantization_group_size: PositiveInt | None = None
     # generated tokens per region: QUIRE_MAX_TOKENS for every task (PaddleX allows 8192, so dense tables and long
     # text regions are not cut off), less where a task never needs more (engine_settings.SHORT_TASKS), and
     # QUIRE_TASK_MAX_TOKENS='{"formula": 2048}' per task over both

@@ -21,7 +21,7 @@ from pipeline.documents.process import PageCallback, ProcessOptions, process_doc
 from pipeline.documents.recognize import EngineRecognizer, Recognizer
 from pipeline.documents.regions import RegionOptions
 from pipeline.documents.results import DocumentOutput
-from pipeline.engine_settings import layout_device, task_max_tokens
+from pipeline.engine_settings import layout_device, task_max_tokens, weights_scheme
 
 if TYPE_CHECKING:
     from pipeline.engine.engine import Engine
@@ -96,7 +96,7 @@ class DocumentProcessor:
         """The engine's recognizer, loading the engine now (the first region that needs it is here)."""
         if self._engine is None:
             self._engine = load_engine(self.model, self.settings)
-            self.revision = model_revision(self.model)
+            self.revision = model_revision(self.model, weights_scheme(self.settings))
         return EngineRecognizer(self._engine, task_max_tokens(self.settings, self.max_tokens))
 
 
@@ -115,7 +115,7 @@ def load_engine(model: str | None, settings: Settings) -> Engine:
         raise ModelUnavailable(exc.code, str(exc)) from exc
 
 
-def model_revision(model: str | None) -> str | None:
+def model_revision(model: str | None, scheme: str = "none") -> str | None:
     """The hub commit or the weights' fingerprint (see revision.py), or None when it cannot be told."""
     from pipeline.engine.errors import CheckpointError
     from pipeline.engine.model.loader import resolve_checkpoint
@@ -124,6 +124,6 @@ def model_revision(model: str | None) -> str | None:
     if model is None:
         return None
     try:
-        return checkpoint_revision(resolve_checkpoint(model))
+        return checkpoint_revision(resolve_checkpoint(model), scheme)
     except (CheckpointError, OSError):
         return None

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from pipeline.config import Settings
 from pipeline.engine.devices import MAX_NUM_SEQS, default_for, resolve_device
+from pipeline.engine.model.quantization import DEFAULT_GROUP_SIZE
 from pipeline.engine.processor import TASK_PROMPTS
 
-MIN_GPU_THREADS = 8  # what measured best on a CPU (benchmarks/pipeline.py: engine busy 73 % with 2 pages, 82 % with 8)
+# what measured best on a CPU (benchmarks/service_overhead.py: engine busy 73 % with 2 pages, 82 % with 8)
+MIN_GPU_THREADS = 8
 SEQUENCES_PER_PAGE = 4  # regions a page brings to the engine, counted low: text pages bring more, pictures fewer
 # tasks whose regions are short by nature (a seal holds a few dozen characters, a formula region one equation or a
 # few): a lower cap there bounds a runaway decode that the repetition guard cannot see (one that never repeats)
@@ -24,7 +26,16 @@ def engine_kwargs(settings: Settings) -> dict[str, object]:
     settings first, so the layout device follows it too)."""
     return {"device": settings.device, "dtype": settings.dtype, "max_num_seqs": settings.max_num_seqs,
             "max_num_batched_tokens": settings.max_num_batched_tokens, "kv_cache_memory": settings.kv_cache_memory,
-            "gpu_memory_fraction": settings.kv_cache_fraction, "cuda_graphs": settings.cuda_graphs}
+            "gpu_memory_fraction": settings.kv_cache_fraction, "cuda_graphs": settings.cuda_graphs,
+            "quantization": settings.quantization, "group_size": settings.quantization_group_size}
+
+
+def weights_scheme(settings: Settings) -> str:
+    """How the weights are quantized as they load (none, int8, int4-g64), part of the revision that keys cached
+    results: a quantized model's results are not the float model's."""
+    if settings.quantization == "int4":
+        return f"int4-g{settings.quantization_group_size or DEFAULT_GROUP_SIZE}"
+    return settings.quantization
 
 
 def task_max_tokens(settings: Settings, override: int | None = None) -> dict[str, int]:

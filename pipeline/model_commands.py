@@ -1,4 +1,5 @@
-"""`quire models pull` and `quire models list`: getting the real weights in one command, and seeing what is here.
+"""`quire models pull`, `list` and `quantize`: getting the real weights in one command, seeing what is here, and
+writing an int8 or int4 copy that loads without quantizing again.
 
 A pull downloads through huggingface_hub (its progress bars, its cache, HF_HUB_OFFLINE), then checks what it got
 without loading any weights (config, every tensor's name and shape from the safetensors headers, tokenizer and
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING
 from .config import get_settings
 
 if TYPE_CHECKING:
+    from .engine.model.quantization import Quantization
     from .engine.model.verify import Check
 
 
@@ -31,10 +34,22 @@ def add_model_parsers(commands: argparse._SubParsersAction) -> None:
     pull.add_argument("--dir", type=Path, default=None, help="download to DIR/NAME instead of the cache")
     listing = actions.add_parser("list", help="models in the Hugging Face cache (or --dir): revision, size, check")
     listing.add_argument("--dir", type=Path, default=None, help="list the checkpoint directories under DIR instead")
+    quantize = actions.add_parser(
+        "quantize", help="write a copy of a checkpoint with int8 or int4 text-decoder and head weights",
+        description="Writes a complete checkpoint directory OUT (config with a quantization_config marker, tokenizer, "
+                    "templates, quantized safetensors) that loads without quantizing again and generates exactly "
+                    "what quantizing the float checkpoint at load does. The vision tower, projector and embedding "
+                    "keep their stored dtype.")
+    quantize.add_argument("model", help="hub id or local directory of a float checkpoint")
+    quantize.add_argument("out", type=Path, help="directory to write (new or empty)")
+    quantize.add_argument("--quantization", choices=["int8", "int4"], required=True)
+    quantize.add_argument("--group-size", type=int, default=None,
+                          help="int4 input columns per scale: 32, 64 (default) or 128")
 
 
 def models(args: argparse.Namespace) -> int:
-    return _pull(args) if args.models_command == "pull" else _list(args)
+    commands = {"pull": _pull, "list": _list, "quantize": _quantize}
+    return commands[args.models_command](args)
 
 
 def _pull(args: argparse.Namespace) -> int:
@@ -165,3 +180,38 @@ def _cache_dir() -> str:
     from huggingface_hub import constants
 
     return constants.HF_HUB_CACHE
+
+
+def _quantize(args: argparse.Namespace) -> int:
+    """0 with the directory written, 1 (nothing written) when the scheme or the checkpoint is refused."""
+    from .engine.model.loader import resolve_checkpoint
+    from .engine.model.quantization import Quantization
+
+    try:
+        scheme = Quantization.parse(args.quantization, args.group_size)
+        source = resolve_checkpoint(args.model)
+        write_quantized(source, args.out, scheme)
+    except ValueError as exc:  # CheckpointError is one: a bad group size, a missing or already quantized checkpoint
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"{args.out}: {scheme} copy of {source}")
+    return 0
+
+
+def write_quantized(source: Path, out: Path, scheme: Quantization) -> None:
+    """Every file of `source` but its weights, config.json marked, and the weights quantized into one safetensors
+    file; all tensors are made before OUT is touched, so a refused checkpoint leaves nothing behind."""
+    from safetensors.torch import save_file
+
+    from .engine.model.loader import quantized_tensors
+
+    if out.exists() and any(out.iterdir()):
+        raise ValueError(f"{out}: exists and is not empty; name a new directory")
+    tensors = dict(quantized_tensors(source, scheme))
+    out.mkdir(parents=True, exist_ok=True)
+    for file in source.iterdir():
+        if file.is_file() and file.suffix != ".safetensors" and file.name != "model.safetensors.index.json":
+            shutil.copyfile(file, out / file.name)
+    config = json.loads((source / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**config, "quantization_config": scheme.marker()}, indent=2))
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})

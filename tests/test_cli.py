@@ -18,8 +18,8 @@ import workers.tasks
 from pipeline import cli, documents_api
 from pipeline.config import get_settings
 from pipeline.db import migrate
-from pipeline.documents import layout
 from pipeline.documents.assemble import load_schema
+from pipeline.documents.layout_page import PageLayout
 from pipeline.documents.overlay import colour_for
 from pipeline.engine.engine import Engine
 from pipeline.engine.model.loader import CheckpointError
@@ -187,8 +187,9 @@ def test_version_is_the_installed_package_version(capsys):
 
 @pytest.mark.parametrize("command", [["serve"], ["worker"], ["process", "x.pdf"], ["recognize", "x.png"],
                                      ["engine", "serve"]])
-def test_every_command_that_loads_a_model_takes_model(command: list[str]):
-    assert cli.build_parser().parse_args([*command, "--model", "DIR"]).model == "DIR"
+def test_every_command_that_loads_a_model_takes_model_and_quantization(command: list[str]):
+    args = cli.build_parser().parse_args([*command, "--model", "DIR", "--quantization", "int4"])
+    assert (args.model, args.quantization) == ("DIR", "int4")
 
 
 MISSING_DATABASE = "postgresql+psycopg://postgres@127.0.0.1:5432/quire_no_such_database"
@@ -261,7 +262,7 @@ def test_process_device_flag_moves_the_engine_and_the_layout_unless_a_layout_dev
     seen = engine_keywords(env)
     layouts: list[str] = []
     env.setattr(documents_api, "layout_backend",
-                lambda name, model, device: layouts.append(device) or layout.PageLayout())
+                lambda name, model, device: layouts.append(device) or PageLayout())
     assert cli.main(["process", str(CORPUS / "minimal-document.pdf"), "-o", str(tmp_path / "out"), "--model", "m",
                      "--device", "cpu", "--text-layer", "off"]) == 2  # loaded (lazily, for its one region): refused
     assert (seen["device"], layouts) == ("cpu", [expected])
@@ -308,9 +309,10 @@ def test_a_gpu_worker_takes_as_many_pages_at_once_as_fill_the_engines_batch(
 
 
 def test_a_worker_model_flag_reaches_its_tasks_settings(env: pytest.MonkeyPatch):
-    env.setenv("QUIRE_MODEL", "from-the-environment")  # restored after the test, as the flag overwrites it
-    start_worker(env, "--queues", "gpu", "--model", "/models/flagged")
-    assert get_settings().model == "/models/flagged"
+    env.setenv("QUIRE_MODEL", "from-the-environment")  # restored after the test, as the flags overwrite them
+    env.setenv("QUIRE_QUANTIZATION", "none")
+    start_worker(env, "--queues", "gpu", "--model", "/models/flagged", "--quantization", "int8")
+    assert (get_settings().model, get_settings().quantization) == ("/models/flagged", "int8")
 
 
 def test_a_cpu_worker_leaves_its_concurrency_to_celery(env: pytest.MonkeyPatch):

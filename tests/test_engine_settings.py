@@ -9,8 +9,16 @@ import pytest
 import torch
 
 from pipeline.config import Settings
+from pipeline.engine.devices import resolve_dtype
 from pipeline.engine.engine import Engine, EngineConfig
-from pipeline.engine_settings import engine_kwargs, gpu_threads, layout_device, max_num_seqs, task_max_tokens
+from pipeline.engine_settings import (
+    engine_kwargs,
+    gpu_threads,
+    layout_device,
+    max_num_seqs,
+    task_max_tokens,
+    weights_scheme,
+)
 
 needs_no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="says what `auto` is on a machine without a GPU")
 
@@ -23,20 +31,27 @@ def no_quire_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_engine_kwargs_carry_every_engine_setting_under_the_engines_names():
     settings = Settings(device="cuda", dtype="bfloat16", max_num_seqs=128, max_num_batched_tokens=2048,
-                        kv_cache_memory=1 << 30, kv_cache_fraction=0.6, cuda_graphs=False)
+                        kv_cache_memory=1 << 30, kv_cache_fraction=0.6, cuda_graphs=False, quantization="int4",
+                        quantization_group_size=32)
     assert engine_kwargs(settings) == {
         "device": "cuda", "dtype": "bfloat16", "max_num_seqs": 128, "max_num_batched_tokens": 2048,
-        "kv_cache_memory": 1 << 30, "gpu_memory_fraction": 0.6, "cuda_graphs": False}
+        "kv_cache_memory": 1 << 30, "gpu_memory_fraction": 0.6, "cuda_graphs": False, "quantization": "int4",
+        "group_size": 32}
     assert EngineConfig(**engine_kwargs(settings)).gpu_memory_fraction == 0.6
 
 
+def test_quantized_weights_are_part_of_the_revision_that_keys_cached_results():
+    assert [weights_scheme(Settings(quantization=q)) for q in ("none", "int8", "int4")] == ["none", "int8", "int4-g64"]
+    assert weights_scheme(Settings(quantization="int4", quantization_group_size=128)) == "int4-g128"
+
+
 @needs_no_gpu
-def test_the_default_settings_build_a_cpu_fp32_engine_here(tiny_checkpoint: Path):
+def test_the_default_settings_build_a_cpu_engine_at_the_processors_dtype_here(tiny_checkpoint: Path):
     engine = Engine.from_pretrained(tiny_checkpoint, **engine_kwargs(Settings(_env_file=None)))
     try:
         assert (engine.config.device, engine.config.max_num_seqs) == ("cpu", 32)
         assert engine.config.max_num_batched_tokens == 4096
-        assert next(engine.model.parameters()).dtype == torch.float32
+        assert next(engine.model.parameters()).dtype == resolve_dtype("auto", torch.device("cpu"))
     finally:
         engine.close()
 

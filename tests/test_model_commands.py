@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file, save_file
 
 from pipeline import cli
@@ -140,3 +141,31 @@ def test_list_shows_each_cached_model_with_its_commit_size_and_whether_it_checks
 def test_list_of_an_empty_cache_points_at_pull(hf_home):
     done = quire("list", hf_home=hf_home)
     assert done.returncode == 0 and done.stdout == "" and "quire models pull" in done.stderr
+
+
+def test_quantize_writes_a_checkpoint_that_checks_and_lists_as_ok(tiny_checkpoint, tmp_path, capsys):
+    out = tmp_path / "models" / "PaddleOCR-VL-int4"
+    assert cli.main(["models", "quantize", str(tiny_checkpoint), str(out), "--quantization", "int4",
+                     "--group-size", "32"]) == 0
+    assert capsys.readouterr().out == f"{out}: int4 (group size 32) copy of {tiny_checkpoint}\n"
+    stored = load_file(out / "model.safetensors")
+    assert stored["lm_head.qweight"].dtype == torch.uint8 and "lm_head.weight" not in stored
+    assert stored["model.embed_tokens.weight"].dtype == stored["visual.vision_model.post_layernorm.weight"].dtype
+    assert not any("packing_position_embedding" in key for key in stored)
+    assert cli.main(["models", "list", "--dir", str(tmp_path / "models")]) == 0
+    assert capsys.readouterr().out.split()[-1] == "ok"
+
+
+def test_quantize_refuses_a_bad_group_size_or_a_used_directory_and_writes_nothing(tiny_checkpoint, tmp_path,
+                                                                                  capsys):
+    out = tmp_path / "out"
+    assert cli.main(["models", "quantize", str(tiny_checkpoint), str(out), "--quantization", "int4",
+                     "--group-size", "128"]) == 1
+    assert "model.layers.0.self_attn.q_proj: input width 64 is not a multiple of the int4 group size 128; " \
+           "valid group sizes for it: 32, 64" in capsys.readouterr().err
+    assert not out.exists()
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    assert cli.main(["models", "quantize", str(tiny_checkpoint), str(out), "--quantization", "int8"]) == 1
+    assert "exists and is not empty" in capsys.readouterr().err
+    assert [file.name for file in out.iterdir()] == ["notes.txt"]

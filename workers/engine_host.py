@@ -19,7 +19,7 @@ from pipeline.engine.engine import Engine
 from pipeline.engine.model.loader import resolve_checkpoint
 from pipeline.engine.model.revision import checkpoint_revision
 from pipeline.engine.model.verify import CHECKS
-from pipeline.engine_settings import engine_kwargs, task_max_tokens
+from pipeline.engine_settings import engine_kwargs, task_max_tokens, weights_scheme
 from pipeline.jobs.model_status import ModelStatus
 
 
@@ -41,7 +41,7 @@ class EngineHost:
     def revision(self) -> str:
         """Keys cached results: the hub commit, or a fingerprint that reads a few MB, never the whole weights."""
         try:
-            return checkpoint_revision(resolve_checkpoint(self.model))
+            return checkpoint_revision(resolve_checkpoint(self.model), weights_scheme(self.settings))
         except Exception as exc:  # the first thing a region asks of a missing checkpoint: /readyz must hear of it
             self._status = ModelStatus.failed(self.model, exc)
             raise

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from .attention import PagedKVCache
-from .cpu_kernels import prepack_linears
+from .cpu_kernels import allowed_cores, configure_cpu_threads, prepack_linears
 from .detokenizer import IncrementalDetokenizer
 from .devices import (
     MAX_NUM_BATCHED_TOKENS,
@@ -60,6 +60,8 @@ class EngineConfig:
     encoder_cache_tokens: int = 16384
     cuda_graphs: bool = True
     attention: str = "auto"
+    quantization: str = "none"  # none | int8 | int4: the decoder's and head's weights (model/quantization.py)
+    group_size: int | None = None  # int4's group; None: its default
 
     def resolved(self, device: torch.device) -> EngineConfig:
         tokens = self.max_num_batched_tokens or default_for(MAX_NUM_BATCHED_TOKENS, device)
@@ -100,6 +102,7 @@ class Engine:
         self._wake = threading.Event()
         self._closed = False
         self._busy_s = 0.0
+        self._bound_threads: set[int] = set()
         self.clock = PhaseClock(model.device)
 
     @classmethod
@@ -109,7 +112,8 @@ class Engine:
         dtype = resolve_dtype(engine_config.dtype, device)
         directory = resolve_checkpoint(path_or_id)
         processor = Processor.from_pretrained(directory)  # first: its files are small, a broken one fails at once
-        return cls(load_model(directory, device, dtype), processor, engine_config)
+        model = load_model(directory, device, dtype, engine_config.quantization, engine_config.group_size)
+        return cls(model, processor, engine_config)
 
     def _kv_memory(self) -> int:
         if self.config.kv_cache_memory:
@@ -163,6 +167,7 @@ class Engine:
         """Run one batch; return the outputs of the requests that finished in it. The time it takes counts as busy
         (stats' busy_ms), so a service can tell how much of its wall time the engine was working."""
         started = time.perf_counter()
+        self._bind_cpu_threads()
         try:
             return self._step()
         finally:
@@ -199,6 +204,14 @@ class Engine:
         while self.has_unfinished():
             done.update((out.request_id, out) for out in self.step())
         return [done[i] for i in ids]
+
+    def _bind_cpu_threads(self) -> None:
+        """On a CPU, size and bind the OpenMP pool of each thread that runs steps, once (OpenMP keeps one per thread):
+        as many threads as torch is set to, at most one per core this process may use, each on its own core."""
+        caller = threading.get_ident()
+        if self.model.device.type == "cpu" and caller not in self._bound_threads:
+            configure_cpu_threads(min(torch.get_num_threads(), len(allowed_cores())))
+            self._bound_threads.add(caller)
 
     def stats(self) -> dict[str, int]:
         """Cache and scheduler counters (exported as metrics by the service)."""

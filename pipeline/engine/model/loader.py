@@ -1,7 +1,8 @@
 """Checkpoint loading: a local directory or a hub id, single or sharded safetensors, two key layouts.
 
 The model is built on the meta device and each tensor is read, cast and placed on the target device one
-at a time, so loading never holds a second full copy of the weights.
+at a time, so loading never holds a second full copy of the weights. Quantizing at load works the same way: each
+decoder or head weight is quantized as it is read, so memory peaks near the quantized size plus one float tensor.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from safetensors import SafetensorError, safe_open
 from torch import nn
 
 from ..errors import CheckpointError
-from .config import FETCH_AGAIN, ModelConfig
+from .config import FETCH_AGAIN, ModelConfig, read_json
 from .paddleocr_vl import PaddleOCRVL
+from .quantization import Quantization, QuantizedLinear, install, is_quantized_module
 
 CHECKPOINT_FILES = ["*.json", "*.safetensors", "*.jinja", "tokenizer*", "*.model"]
 _IGNORED = re.compile(r"packing_position_embedding|vision_model\.head\.")
+EMBEDDING, HEAD = "model.embed_tokens.weight", "lm_head.weight"
 _RENAMES = [
     (re.compile(r"^model\.language_model\."), "model."),
     (re.compile(r"^model\.visual\."), "visual."),
@@ -79,19 +82,94 @@ def weight_files(directory: Path) -> dict[str, Path]:
 
 
 def load_model(
-    path_or_id: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+    path_or_id: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
+    quantization: str = "none", group_size: int | None = None,
 ) -> PaddleOCRVL:
+    """The model of a checkpoint, its decoder linears and head quantized when asked or when stored so.
+
+    `quantization` "int8" or "int4" (with `group_size`, default 64) quantizes a float checkpoint as it loads. A
+    checkpoint written by `quire models quantize` loads in its own scheme, as vLLM and llama.cpp load a checkpoint's
+    own quantization: "none" takes it as stored, and asking for another scheme is a CheckpointError, since the float
+    weights it would need are gone.
+    """
     directory = resolve_checkpoint(path_or_id)
     config = ModelConfig.from_file(directory / "config.json")
+    scheme = _load_scheme(directory, quantization, group_size)
     with torch.device("meta"):
         model = PaddleOCRVL(config)
     targets, files = checked_tensor_names(model, directory)
+    quantized = install(model, scheme, dtype, torch.device(device)) if scheme else {}
+    head_from_embedding = not any(name.startswith("lm_head.") for name in files)
     for name, key, file, tensor in _tensors(files):
         check_shape(key, file, tensor.shape, targets[name].shape)
-        _assign(model, targets[name], tensor.to(device=device, dtype=dtype))
-    if "lm_head.weight" not in files:
+        _place(model, quantized, targets[name], tensor, device, dtype)
+        if name == EMBEDDING and head_from_embedding and HEAD in quantized:
+            _place(model, quantized, targets[HEAD], tensor, device, dtype)
+    if head_from_embedding and HEAD not in quantized:
         model.lm_head.weight = model.model.embed_tokens.weight
+    for module in quantized.values():
+        module.finish()
     return model.eval()
+
+
+def stored_quantization(directory: Path) -> Quantization | None:
+    """The scheme a checkpoint was quantized with, from config.json's `quantization_config`; None for float."""
+    marker = read_json(directory / "config.json", "config").get("quantization_config")
+    if marker is None:
+        return None
+    if not isinstance(marker, dict) or marker.get("quant_method") != "quire":
+        raise CheckpointError(f"{directory / 'config.json'}: quantization_config {marker} is not one Quire wrote "
+                              "(`quire models quantize`); load the float checkpoint instead",
+                              "unsupported_quantization")
+    try:
+        return Quantization.from_marker(marker)
+    except ValueError as exc:
+        raise CheckpointError(f"{directory / 'config.json'}: {exc}", "unsupported_quantization") from exc
+
+
+def _load_scheme(directory: Path, quantization: str, group_size: int | None) -> Quantization | None:
+    requested = Quantization.parse(quantization, group_size)
+    stored = stored_quantization(directory)
+    if stored is None or requested is None:
+        return stored or requested
+    if requested.method == stored.method and group_size in (None, stored.group_size):
+        return stored
+    raise CheckpointError(
+        f"{directory} is quantized {stored} and cannot be loaded as {requested}: ask for quantization "
+        f"'{stored.method}' or 'none' (the checkpoint's own), or quantize the float checkpoint again",
+        "quantization_mismatch")
+
+
+def _place(model: nn.Module, quantized: dict[str, QuantizedLinear], target: Target, tensor: torch.Tensor,
+           device: str | torch.device, dtype: torch.dtype) -> None:
+    module = quantized.get(target.parameter)
+    if module is None:
+        _assign(model, target, tensor.to(device=device, dtype=dtype))
+        return
+    stored = {target.component: tensor} if target.component else module.scheme.quantize(tensor)
+    for name, part in stored.items():
+        module.fill(name, part, target.rows)
+
+
+def quantized_tensors(directory: Path, scheme: Quantization) -> Iterator[tuple[str, torch.Tensor]]:
+    """A float checkpoint's tensors under their hub names, the decoder's and head's weights replaced by their
+    quantized tensors (the head's from the embedding when it is tied): what `quire models quantize` writes."""
+    if stored_quantization(directory) is not None:
+        raise CheckpointError(f"{directory} is already quantized: quantize the float checkpoint", "already_quantized")
+    with torch.device("meta"):
+        model = PaddleOCRVL(ModelConfig.from_file(directory / "config.json"))
+    targets, files = checked_tensor_names(model, directory)
+    for name, target in targets.items():  # before reading any data
+        if _quantizes(target):
+            scheme.check_width(name.removesuffix(".weight"), target.shape[1])
+    for name, key, file, tensor in _tensors(files):
+        check_shape(key, file, tensor.shape, targets[name].shape)
+        for output in [name, HEAD] if name == EMBEDDING and HEAD not in files else [name]:
+            if not _quantizes(targets[output]):
+                yield output, tensor
+                continue
+            base = output.removesuffix(".weight")
+            yield from ((f"{base}.{suffix}", part) for suffix, part in scheme.quantize(tensor).items())
 
 
 def checked_tensor_names(
@@ -100,6 +178,9 @@ def checked_tensor_names(
     """(the model's targets, the checkpoint's tensors by hub name → (key, file)), refused when a tensor the model
     needs is missing or one it has no place for is there: the checks `quire models pull` runs without weights."""
     targets = checkpoint_targets(model)
+    stored = stored_quantization(directory)
+    if stored is not None:
+        targets = _stored_targets(targets, stored)
     files = {hub_key(k): (k, f) for k, f in weight_files(directory).items() if not _IGNORED.search(k)}
     _check_keys({name: target.shape for name, target in targets.items()}, files, directory)
     return targets, files
@@ -111,7 +192,7 @@ def check_shape(key: str, file: Path, shape: torch.Size, expected: torch.Size) -
 
 
 def _check_keys(expected: dict[str, torch.Size], files: dict[str, tuple[str, Path]], directory: Path) -> None:
-    missing = sorted(set(expected) - set(files) - {"lm_head.weight"})
+    missing = sorted(set(expected) - set(files) - {HEAD})
     if missing:
         raise CheckpointError(f"{directory}: missing tensor {missing[0]}" + _more(missing))
     unexpected = sorted(set(files) - set(expected))
@@ -142,11 +223,13 @@ def _tensors(files: dict[str, tuple[str, Path]]) -> Iterator[tuple[str, str, Pat
 
 @dataclass(frozen=True)
 class Target:
-    """Where one checkpoint tensor goes: a model parameter, or a row range of a stacked one."""
+    """Where one checkpoint tensor goes: a model parameter, or a row range of a stacked one; for a quantized
+    checkpoint, which stored tensor (`qweight`, `scales`, `zeros`) of the parameter's quantized weight."""
 
     parameter: str
     shape: torch.Size
     rows: slice | None = None
+    component: str | None = None
 
 
 def checkpoint_targets(model: nn.Module) -> dict[str, Target]:
@@ -178,3 +261,21 @@ def _assign(model: nn.Module, target: Target, tensor: torch.Tensor) -> None:
                                requires_grad=False)
         module._parameters[attr] = current
     current.data[target.rows] = tensor
+
+
+def _quantizes(target: Target) -> bool:
+    module, _, attr = target.parameter.rpartition(".")
+    return attr == "weight" and is_quantized_module(module)
+
+
+def _stored_targets(targets: dict[str, Target], scheme: Quantization) -> dict[str, Target]:
+    """A quantized checkpoint's names: each quantized weight `X.weight` stored as `X.qweight`, `X.scales`, ..."""
+    stored = {}
+    for name, target in targets.items():
+        if not _quantizes(target):
+            stored[name] = target
+            continue
+        base = name.removesuffix(".weight")
+        for suffix, shape in scheme.shapes(*target.shape).items():
+            stored[f"{base}.{suffix}"] = Target(target.parameter, shape, target.rows, suffix)
+    return stored

@@ -251,11 +251,12 @@ class PaddleOCRVL(nn.Module):
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.lm_head.weight.dtype
+        """The model dtype, read off the embedding: the one weight never quantized nor prepacked."""
+        return self.model.embed_tokens.weight.dtype
 
     @property
     def device(self) -> torch.device:
-        return self.lm_head.weight.device
+        return self.model.embed_tokens.weight.device
 
     def encode_images(self, pixel_values: torch.Tensor, grids: Sequence[Grid],
                       attend: Callable[[VisionLayout], VisionAttend] = SplitAttention) -> torch.Tensor:

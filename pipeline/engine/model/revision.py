@@ -23,12 +23,12 @@ _COMMIT = re.compile(r"[0-9a-f]{40}")
 SAMPLE_BYTES = 4096
 
 
-def checkpoint_revision(directory: Path) -> str:
-    """The hub commit of a snapshot in the Hugging Face cache; otherwise the fingerprint of config and weights."""
-    commit = hub_commit(directory)
-    if commit is not None:
-        return commit
-    return weights_fingerprint(sorted({directory / "config.json", *weight_files(directory).values()}))
+def checkpoint_revision(directory: Path, scheme: str = "none") -> str:
+    """The hub commit of a snapshot in the Hugging Face cache, otherwise the fingerprint of config and weights;
+    `+scheme` after it when the weights are quantized as they load, since their results differ from the float's."""
+    revision = hub_commit(directory) or weights_fingerprint(
+        sorted({directory / "config.json", *weight_files(directory).values()}))
+    return revision if scheme == "none" else f"{revision}+{scheme}"
 
 
 def hub_commit(directory: Path) -> str | None:

@@ -93,3 +93,10 @@ def _largest_tensor(weights: Path) -> tuple[int, int]:
     ranges = [entry["data_offsets"] for name, entry in header.items() if name != "__metadata__"]
     begin, end = max(ranges, key=lambda r: r[1] - r[0])
     return 8 + length + begin, 8 + length + end
+
+
+def test_weights_quantized_as_they_load_have_a_revision_of_their_own(tiny_checkpoint):
+    float_revision = checkpoint_revision(tiny_checkpoint)
+    assert checkpoint_revision(tiny_checkpoint, "int4-g64") == f"{float_revision}+int4-g64"
+    settings = Settings(model=str(tiny_checkpoint), quantization="int8")
+    assert EngineHost(settings).revision == f"{float_revision}+int8"
