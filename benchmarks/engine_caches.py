@@ -24,8 +24,8 @@ import torch
 
 from pipeline.engine.engine import Engine
 from pipeline.engine.request import Request
-from pipeline.engine.sample import sample_image
-from pipeline.engine.tiny_checkpoint import TinySpec, write_tiny_checkpoint
+from pipeline.samples.images import sample_image
+from pipeline.samples.tiny_checkpoint import TinySpec, write_tiny_checkpoint
 
 SPEC = TinySpec(text_hidden=256, text_layers=4, text_heads=4, text_kv_heads=2, text_head_dim=128,
                 text_intermediate=512, vision_hidden=256, vision_layers=6, vision_heads=4, vision_intermediate=1024)

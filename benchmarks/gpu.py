@@ -30,8 +30,8 @@ from pipeline.engine.model.config import ModelConfig
 from pipeline.engine.model.paddleocr_vl import PaddleOCRVL
 from pipeline.engine.processor import Processor
 from pipeline.engine.request import Request
-from pipeline.engine.sample import sample_image
-from pipeline.engine.tiny_checkpoint import TinySpec, write_tiny_checkpoint
+from pipeline.samples.images import sample_image
+from pipeline.samples.tiny_checkpoint import TinySpec, write_tiny_checkpoint
 
 
 class Bench:

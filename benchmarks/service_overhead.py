@@ -164,7 +164,7 @@ def main() -> int:
         root = Path(directory)
         model = args.model
         if model is None:
-            from pipeline.engine.tiny_checkpoint import write_tiny_checkpoint
+            from pipeline.samples.tiny_checkpoint import write_tiny_checkpoint
 
             model = write_tiny_checkpoint(root / "tiny-checkpoint")
         a = in_process(model, measured, warmup, root)

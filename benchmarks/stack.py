@@ -161,7 +161,7 @@ def distributed_stack(root: Path, model: Path | None = None, cpu_concurrency: in
     """The service running under root (logs, blobs, the tiny checkpoint when no model is given), stopped and its
     database dropped on the way out; `settings` override the fast QUIRE_* ones."""
     if model is None:
-        from pipeline.engine.tiny_checkpoint import write_tiny_checkpoint
+        from pipeline.samples.tiny_checkpoint import write_tiny_checkpoint
 
         model = write_tiny_checkpoint(root / "tiny-checkpoint")
     with ExitStack() as cleanup:

@@ -423,7 +423,7 @@ def _serve_engine(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .engine.engine import Engine
-    from .engine.server import create_app
+    from .engine.entrypoints.openai_server import create_app
     from .engine_settings import engine_kwargs
 
     settings = _settings(device=args.device, dtype=args.dtype, max_num_seqs=args.max_num_seqs,

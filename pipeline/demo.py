@@ -60,7 +60,7 @@ def local_checkpoint(model: str) -> Path | None:
 
 
 def _tiny_checkpoint(directory: Path) -> Path:
-    from pipeline.engine.tiny_checkpoint import write_tiny_checkpoint
+    from pipeline.samples.tiny_checkpoint import write_tiny_checkpoint
 
     if not (directory / "model.safetensors").exists():
         write_tiny_checkpoint(directory)

@@ -26,7 +26,7 @@ from benchmarks.stack import scratch_database
 from pipeline.db.migrate import upgrade_to_head
 from pipeline.db.session import create_db_engine
 from pipeline.documents.tiny_layout import TinyLayoutSpec, write_tiny_layout_checkpoint
-from pipeline.engine.tiny_checkpoint import TinySpec, write_tiny_checkpoint
+from pipeline.samples.tiny_checkpoint import TinySpec, write_tiny_checkpoint
 from tests.jobs.expected import service_settings
 from workers.engine_host import EngineHost
 

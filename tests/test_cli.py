@@ -248,9 +248,10 @@ def test_engine_serve_flags_win_over_the_settings_and_the_rest_come_from_them(en
         env.setenv(key, value)
     seen = engine_keywords(env)
     assert cli.main(["engine", "serve", "--model", "m", "--device", "cpu", "--dtype", "float32",
-                     "--max-num-seqs", "4"]) == 2
+                     "--max-num-seqs", "4", "--quantization", "int8"]) == 2
     assert seen == {"device": "cpu", "dtype": "float32", "max_num_seqs": 4, "max_num_batched_tokens": None,
-                    "kv_cache_memory": None, "gpu_memory_fraction": 0.5, "cuda_graphs": False}
+                    "kv_cache_memory": None, "gpu_memory_fraction": 0.5, "cuda_graphs": False,
+                    "quantization": "int8", "group_size": None}
 
 
 @pytest.mark.parametrize(("layout_device", "expected"), [("", "cpu"), ("meta", "meta")])

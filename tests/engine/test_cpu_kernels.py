@@ -14,7 +14,7 @@ import torch
 from pipeline.engine import cpu_kernels
 from pipeline.engine.attention import Chunk, PagedAttention, PagedKVCache, decode_attention
 from pipeline.engine.model.loader import load_model
-from pipeline.engine.tiny_checkpoint import TinySpec
+from pipeline.samples.tiny_checkpoint import TinySpec
 
 HEADS, KV_HEADS, DIM, BLOCK = 4, 2, 16, 4
 

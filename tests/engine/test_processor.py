@@ -12,7 +12,7 @@ from PIL import Image
 
 from pipeline.engine.errors import CheckpointError
 from pipeline.engine.processor import TASK_IMAGE_SETTINGS, TASK_PROMPTS, ImageError, Processor, smart_resize
-from pipeline.engine.tiny_checkpoint import TinySpec
+from pipeline.samples.tiny_checkpoint import TinySpec
 from tests.reference import hf_inputs, hf_processor, random_image, user_turn
 
 IMAGES = [("RGB", 100, 60), ("RGBA", 333, 221), ("L", 640, 480), ("RGB", 10, 500), ("RGB", 3000, 2000)]

@@ -22,7 +22,7 @@ import pytest
 import uvicorn
 
 from pipeline.engine.engine import Engine
-from pipeline.engine.server import create_app
+from pipeline.engine.entrypoints.openai_server import create_app
 from tests.reference import random_image
 
 MODEL = "tiny"

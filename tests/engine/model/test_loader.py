@@ -12,7 +12,7 @@ from safetensors.torch import load_file, save_file
 
 from pipeline.engine.engine import Engine
 from pipeline.engine.model.loader import CheckpointError, load_model, resolve_checkpoint
-from pipeline.engine.tiny_checkpoint import TinySpec
+from pipeline.samples.tiny_checkpoint import TinySpec
 from tests.engine.model.test_parity import _our_logits
 from tests.reference import hf_logits, random_image, user_turn
 

@@ -27,7 +27,7 @@ from pipeline.engine.model.quantization import (
 from pipeline.engine.model.rope import get_rope_index
 from pipeline.engine.processor import Processor
 from pipeline.engine.request import Request
-from pipeline.engine.tiny_checkpoint import TinySpec
+from pipeline.samples.tiny_checkpoint import TinySpec
 from tests.reference import ContiguousKV, random_image, user_turn
 
 INT8, INT4_32, INT4_64 = Quantization.parse("int8"), Quantization.parse("int4", 32), Quantization.parse("int4", 64)

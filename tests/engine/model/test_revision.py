@@ -14,7 +14,7 @@ from safetensors import safe_open
 from pipeline.config import Settings
 from pipeline.engine.model import revision
 from pipeline.engine.model.revision import SAMPLE_BYTES, checkpoint_revision
-from pipeline.engine.tiny_checkpoint import TinySpec
+from pipeline.samples.tiny_checkpoint import TinySpec
 from workers.engine_host import EngineHost
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

@@ -7,8 +7,8 @@ import pytest
 
 from pipeline.engine.engine import Engine
 from pipeline.engine.request import Request
-from pipeline.engine.tiny_checkpoint import TinySpec
-from pipeline.engine.tiny_versions import VERSIONS, version_files
+from pipeline.samples.tiny_checkpoint import TinySpec
+from pipeline.samples.tiny_versions import VERSIONS, version_files
 from tests.reference import assert_same_greedy, hf_greedy, hf_inputs, random_image, user_turn
 
 MESSAGES = user_turn("OCR:", [random_image(100, 60, seed=3)])

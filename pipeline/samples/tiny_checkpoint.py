@@ -18,10 +18,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from .model.config import ModelConfig, TextConfig, VisionConfig
-from .model.loader import checkpoint_targets
-from .model.paddleocr_vl import PaddleOCRVL
-from .tiny_versions import write_version_files
+from pipeline.engine.model.config import ModelConfig, TextConfig, VisionConfig
+from pipeline.engine.model.loader import checkpoint_targets
+from pipeline.engine.model.paddleocr_vl import PaddleOCRVL
+from pipeline.samples.tiny_versions import write_version_files
 
 SPECIAL_IDS = {
     "<unk>": 0, "<s>": 1, "</s>": 2,

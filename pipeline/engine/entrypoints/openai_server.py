@@ -29,7 +29,10 @@ from jinja2 import TemplateError
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
-from .engine import Engine
+from ..engine import Engine
+from ..processor import ImageError
+from ..request import Delta, EngineError, Output, Request
+from ..sequence import Sequence
 from .openai_schemas import (
     AssistantMessage,
     ChatCompletion,
@@ -47,9 +50,6 @@ from .openai_schemas import (
     TextPart,
     Usage,
 )
-from .processor import ImageError
-from .request import Delta, EngineError, Output, Request
-from .sequence import Sequence
 
 T = TypeVar("T")
 
