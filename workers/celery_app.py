@@ -11,7 +11,8 @@ import redis
 from celery import Celery
 
 from pipeline.config import Settings, get_settings
-from pipeline.jobs.dispatch import Stage, stage_queues
+from pipeline.jobs.dispatch import Stage
+from pipeline.jobs.graph import queues
 from pipeline.jobs.model_status import ModelStatus
 
 # A send waits out a broker restart (about 15 s of attempts) instead of failing at once: an upload during a Redis
@@ -29,7 +30,7 @@ def task_name(stage: Stage) -> str:
 
 def create_celery(settings: Settings) -> Celery:
     app = Celery("quire", broker=settings.broker_url or "redis://127.0.0.1:6379/0", include=["workers.tasks"])
-    routes = {task_name(stage): {"queue": queue} for stage, queue in stage_queues(settings.prepare_queue).items()}
+    routes = {task_name(stage): {"queue": queue} for stage, queue in queues(settings).items()}
     app.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,

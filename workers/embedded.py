@@ -21,10 +21,11 @@ from pipeline.db.models import Document
 from pipeline.db.session import session_scope
 from pipeline.jobs.context import Context, RecognitionHost
 from pipeline.jobs.deliveries import resume_deliveries
-from pipeline.jobs.dispatch import Stage, stage_queues
+from pipeline.jobs.dispatch import Stage
+from pipeline.jobs.graph import queues, run_stage
 from pipeline.jobs.model_status import ModelStatus
 from pipeline.jobs.reaper import ReaperThread
-from pipeline.jobs.stages import run_stage
+from pipeline.jobs.start import start_document
 from pipeline.storage import BlobStore
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ class EmbeddedWorkers:
     def __init__(self, settings: Settings, db: Engine, blobs: BlobStore, recognition: RecognitionHost,
                  cpu_threads: int = 2, gpu_threads: int = 4) -> None:
         self.context = Context(settings, db, blobs, self, recognition)
-        self._queues = stage_queues(settings.prepare_queue)
+        self._queues = queues(settings)
         self._pools = {"cpu": ThreadPoolExecutor(cpu_threads, thread_name_prefix="quire-cpu"),
                        "gpu": ThreadPoolExecutor(gpu_threads, thread_name_prefix="quire-gpu")}
         self._waiting = Counter[str]()
@@ -72,13 +73,13 @@ class EmbeddedWorkers:
         return [status] if status is not None else []
 
     def resume(self) -> int:
-        """Send ingest again for every document not finished (ingest passes each page to where it stopped), and
-        deliver for every webhook attempt still to make (their timers did not survive the restart)."""
+        """Start again every document not finished (its first stage passes each page to where it stopped), and
+        send every webhook attempt still to make (their timers did not survive the restart)."""
         with session_scope(self.context.db) as session:
             unfinished = session.scalars(select(Document.id).where(Document.status.in_(("queued", "processing"))))
             ids = list(unfinished)
         for document_id in ids:
-            self.send("ingest", document_id)
+            start_document(self, document_id)
         return len(ids) + resume_deliveries(self.context.db, self)
 
     def close(self) -> None:

@@ -1,4 +1,5 @@
-"""The Celery tasks: one per stage, each a thin call into pipeline.jobs.stages with this process's Context.
+"""The Celery tasks: one per stage of pipeline/jobs/graph.py, each a thin call into run_stage with this process's
+Context.
 
 A task that raises (the database or blob store unreachable) is retried with backoff; bad input never raises, it
 is recorded on the document or page by the stage itself. Every worker runs a reaper thread (workers/reaping.py);
@@ -20,7 +21,7 @@ from pipeline.config import get_settings
 from pipeline.db.session import create_db_engine, get_engine
 from pipeline.jobs.context import Context
 from pipeline.jobs.dispatch import Stage
-from pipeline.jobs.stages import run_stage
+from pipeline.jobs.graph import GRAPH, run_stage
 from pipeline.storage import LocalBlobStore
 from workers.celery_app import MODEL_STATUS_PREFIX, MODEL_STATUS_TTL_S, CeleryDispatcher, app, task_name
 from workers.engine_host import EngineHost
@@ -102,11 +103,7 @@ def _register(stage: Stage) -> Any:
     return run
 
 
-ingest = _register("ingest")
-prepare = _register("prepare")
-recognize = _register("recognize")
-finalize = _register("finalize")
-deliver = _register("deliver")
+TASKS = {stage: _register(stage) for stage in GRAPH}
 
 
 @worker_ready.connect

@@ -32,6 +32,7 @@ from api.upload import form_options, receive_form
 from pipeline.archives import ArchiveRefused
 from pipeline.db.session import session_scope
 from pipeline.jobs.batches import NoDocuments, accept_batch
+from pipeline.jobs.start import start_batch
 
 router = APIRouter(prefix="/v1/batches", tags=["batches"])
 
@@ -44,12 +45,11 @@ async def create_batch(request: Request, response: Response, services: ServicesD
     received = await receive_form(request, BatchForm(services.blobs, settings), settings.max_archive_bytes)
     try:
         options = form_options(received.fields)
-        # Shielded: a client that goes away must not leave committed documents that were never sent to ingest.
+        # Shielded: a client that goes away must not leave committed documents that were never started.
         with anyio.CancelScope(shield=True):
             accepted = await anyio.to_thread.run_sync(partial(
                 accept_batch, services.db, services.blobs, settings, tenant, received.upload, options))
-            for document_id in accepted.created:
-                await anyio.to_thread.run_sync(services.dispatcher.send, "ingest", document_id)
+            await anyio.to_thread.run_sync(start_batch, services.dispatcher, accepted)
     except (ArchiveRefused, NoDocuments) as exc:
         raise ApiError(422, exc.code, str(exc)) from None
     finally:

@@ -26,6 +26,7 @@ from api.views import accepted_view, document_url, page_view, status_view, summa
 from pipeline.db.session import session_scope
 from pipeline.jobs.cancel import NotCancelable, cancel_document
 from pipeline.jobs.intake import IdempotencyConflict, accept_upload, delete_document
+from pipeline.jobs.start import start_document
 from pipeline.storage import BlobNotFound, BlobStore, read_chunks
 
 router = APIRouter(prefix="/v1/documents", tags=["documents"])
@@ -47,13 +48,13 @@ async def create_document(
     upload = await receive_upload(request, services.blobs, services.settings.max_upload_bytes)
     try:
         options = form_options(upload.fields)
-        # Shielded: a client that goes away must not leave a committed document that was never sent to ingest.
+        # Shielded: a client that goes away must not leave a committed document that was never started.
         with anyio.CancelScope(shield=True):
             accepted = await anyio.to_thread.run_sync(partial(
                 accept_upload, services.db, services.settings, tenant, upload.filename, upload.writer, options,
                 idempotency_key))
             if accepted.created:
-                await anyio.to_thread.run_sync(services.dispatcher.send, "ingest", accepted.document.id)
+                await anyio.to_thread.run_sync(start_document, services.dispatcher, accepted.document.id)
     except IdempotencyConflict as exc:
         raise ApiError(409, exc.code, str(exc)) from None
     finally:

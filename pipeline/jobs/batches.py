@@ -3,8 +3,8 @@
 Nothing of a batch is kept until all of it has been read: each member is streamed into a blob writer that is not
 committed yet, so an archive refused part-way (a bomb, too many members, a damaged stream) leaves no batch, no
 document and no blob. Then the Batch row is written and every member accepted as a document of it (accept_upload
-with the batch's id); the caller sends ingest for them afterwards, so no document of the batch finishes before the
-batch has all of its documents.
+with the batch's id); the caller starts them afterwards (start_batch), so no document of the batch finishes before
+the batch has all of its documents.
 
 A batch's documents repeat only each other (identical members are one document), never documents outside it, so
 a batch owns every document it lists and its progress is theirs. Its callback URL is kept on the Batch row and not
@@ -77,7 +77,7 @@ class NoDocuments(Exception):
 class AcceptedBatch:
     batch: Batch  # detached, readable
     documents: list[tuple[str, str]]  # (name, document id) for each file taken, in upload order
-    created: list[str]  # the documents to send ingest for, once this has returned
+    created: list[str]  # the documents to start, once this has returned
 
 
 def accept_batch(db: Engine, blobs: BlobStore, settings: Settings, tenant: str, upload: BatchUpload,

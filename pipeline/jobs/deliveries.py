@@ -22,6 +22,7 @@ from pipeline.db.session import session_scope
 from pipeline.jobs.context import Context
 from pipeline.jobs.dispatch import Dispatcher
 from pipeline.jobs.events import event_body
+from pipeline.jobs.handoff import enter, hand_off
 from pipeline.webhooks import SIGNATURE_HEADER, Outcome, post, retry_delay, sign
 
 USER_AGENT = "Quire-Webhooks/1"
@@ -45,7 +46,7 @@ def deliver(ctx: Context, delivery_id: str) -> None:
     with session_scope(ctx.db) as session:
         recorded = _record(session, attempt, started, outcome, delay)
     if recorded and delay is not None:
-        ctx.dispatcher.send("deliver", delivery_id, delay_s=delay)
+        hand_off(ctx.dispatcher, "deliver", "deliver", delivery_id, delay_s=delay)
 
 
 def resume_deliveries(db: Engine, dispatcher: Dispatcher) -> int:
@@ -59,7 +60,7 @@ def resume_deliveries(db: Engine, dispatcher: Dispatcher) -> int:
             .where(WebhookDelivery.attempted_at.is_(None))).all()
     now = utcnow()
     for delivery_id, due in scheduled:
-        dispatcher.send("deliver", delivery_id, delay_s=max(0.0, (due - now).total_seconds()) if due else 0.0)
+        enter(dispatcher, "deliver", delivery_id, delay_s=max(0.0, (due - now).total_seconds()) if due else 0.0)
     return len(scheduled)
 
 

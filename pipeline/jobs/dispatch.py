@@ -1,7 +1,8 @@
-"""How one stage hands a document or page to the next: a named stage, a key, and the queue that runs it.
+"""The transport between stages: a Dispatcher runs a named stage on a key, later, on the stage's queue.
 
-The stages only ever call `Dispatcher.send`, so the same stage code runs under Celery (distributed mode, one
-task per stage on the `cpu` or `gpu` queue) and under the embedded mode's in-process thread pools.
+Stage code never calls `send` itself but goes through pipeline/jobs/handoff.py, which checks the hand-off against
+the graph; so the same stage code runs under Celery (distributed mode, one task per stage on the `cpu` or `gpu`
+queue) and under the embedded mode's in-process thread pools.
 """
 
 from __future__ import annotations
@@ -10,23 +11,13 @@ from typing import Literal, Protocol, runtime_checkable
 
 from pipeline.jobs.model_status import ModelStatus
 
-Stage = Literal["ingest", "prepare", "recognize", "finalize", "deliver"]
-
-# ingest(document id) → prepare(page id) per page → recognize(page id) → finalize(document id) after the last page;
-# deliver(webhook delivery id) for each event a final document or batch announces, and again for each retry
-QUEUES: dict[Stage, str] = {"ingest": "cpu", "prepare": "cpu", "recognize": "gpu", "finalize": "cpu", "deliver": "cpu"}
-
-
-def stage_queues(prepare_queue: str = "cpu") -> dict[Stage, str]:
-    """QUEUES with prepare on QUIRE_PREPARE_QUEUE: `gpu` lays pages out on the GPU worker, when the CPU workers'
-    cores cannot run the layout model as fast as the engine recognises pages."""
-    return {**QUEUES, "prepare": prepare_queue}
+Stage = Literal["ingest", "prepare", "recognize", "finalize", "deliver"]  # pipeline/jobs/graph.py says what each is
 
 
 class Dispatcher(Protocol):
     def send(self, stage: Stage, key: str | int, delay_s: float = 0.0) -> None:
-        """Run `stage` on `key` (a document id for ingest/finalize, a page id otherwise) later, on its queue, and
-        not before delay_s seconds have passed (a webhook retry's backoff).
+        """Run `stage` on `key` (the id its graph entry's key field names) later, on its queue, and not before
+        delay_s seconds have passed (a webhook retry's backoff).
 
         Call it only after the transaction that made the work visible has committed: the worker that picks the
         task up reads that state from the database.

@@ -4,7 +4,8 @@ An event is recorded inside the transaction that makes it true (the conditional 
 final status, the one that marks a batch finished), as the row of its first delivery attempt. So an event is
 recorded exactly once however tasks are re-delivered, and a crash between that commit and sending `deliver` loses
 nothing: the row says the attempt is still to be made (`pipeline.jobs.deliveries.resume_deliveries`). The caller
-sends the returned delivery ids with `send_deliveries` once its transaction has committed.
+sends `deliver` for the returned delivery ids once its transaction has committed: finalize hands them off, code
+outside the stages (a cancel) uses `send_deliveries`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from pipeline.db.models import Batch, Document, Page, Region, Tenant, WebhookDelivery, utcnow
 from pipeline.jobs.dispatch import Dispatcher
+from pipeline.jobs.handoff import enter
 
 FINAL = ("succeeded", "partial", "failed", "canceled")
 BATCH_FINISHED = "batch.finished"
@@ -63,9 +65,10 @@ def announce_batch(session: Session, batch_id: str) -> list[str]:
 
 
 def send_deliveries(dispatcher: Dispatcher, delivery_ids: Iterable[str]) -> None:
-    """Send `deliver` for announced events; only after the transaction that recorded them has committed."""
+    """Send `deliver` for events announced outside any stage; only after the transaction that recorded them has
+    committed."""
     for delivery_id in delivery_ids:
-        dispatcher.send("deliver", delivery_id)
+        enter(dispatcher, "deliver", delivery_id)
 
 
 def event_body(session: Session, delivery: WebhookDelivery, created: datetime) -> bytes:

@@ -44,7 +44,7 @@ class IdempotencyConflict(Exception):
 @dataclass(frozen=True)
 class Accepted:
     document: Document  # detached, readable
-    created: bool  # False: an idempotent replay or a duplicate of an existing document; send no ingest for it
+    created: bool  # False: an idempotent replay or a duplicate of an existing document; do not start it
 
 
 @dataclass(frozen=True)
@@ -65,9 +65,9 @@ def accept_upload(db: Engine, settings: Settings, tenant: str, filename: str, wr
 
     An Idempotency-Key the tenant used before returns that key's document when the request is the same and raises
     IdempotencyConflict when it is not. Otherwise the same tenant, bytes and resolved options return the existing
-    document (the unique dedup key settles concurrent identical uploads). The caller sends ingest for a created
-    document only, after this returns (the row is committed by then). The writer is committed unless this raises;
-    then the caller aborts it. With `batch_id` the document is that batch's, and repeats only the batch's own
+    document (the unique dedup key settles concurrent identical uploads). The caller starts a created document only,
+    after this returns (the row is committed by then). The writer is committed unless this raises; then the caller
+    aborts it. With `batch_id` the document is that batch's, and repeats only the batch's own
     documents (see DocumentOptions.dedup_key). A callback URL Quire will not call raises CallbackRefused.
     """
     if options.callback_url is not None:

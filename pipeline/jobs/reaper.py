@@ -4,7 +4,8 @@ Work can be lost where no redelivery covers it: a process that dies between a co
 broker that loses its data, the embedded mode's in-memory queues. Every stage writes as it progresses (a page's
 row when it is laid out and when it finishes, its document's row when the page is counted), so a document in
 `queued` or `processing` whose row and pages' rows have not moved for `stale_after_s` is taken for lost: the
-reaper sends its ingest again, which passes every open page on to where it stopped (every stage is idempotent).
+reaper starts it again, and its first stage passes every open page on to where it stopped (every stage is
+idempotent).
 
 A document waiting behind a long queue looks just as still, so `stale_after_s` (QUIRE_REAP_AFTER_S) should exceed
 the longest wait expected; guessing short costs duplicate work, never duplicate results. The reaper touches the
@@ -28,13 +29,14 @@ from sqlalchemy.orm import Session
 from pipeline.db.models import Document, Page, utcnow
 from pipeline.db.session import session_scope
 from pipeline.jobs.context import Context
+from pipeline.jobs.start import start_document
 
 log = logging.getLogger("quire.reaper")
 UNFINISHED = ("queued", "processing")
 
 
 def reap(ctx: Context, stale_after_s: float) -> list[str]:
-    """Send ingest again for every unfinished document that has not moved for stale_after_s; their ids."""
+    """Start again every unfinished document that has not moved for stale_after_s; their ids."""
     cutoff = utcnow() - timedelta(seconds=stale_after_s)
     with session_scope(ctx.db) as session:
         stale = session.execute(select(Document.id, Document.updated_at).where(
@@ -44,7 +46,7 @@ def reap(ctx: Context, stale_after_s: float) -> list[str]:
     for document_id in claimed:
         log.warning("document %s has not moved for %.0f s: sending it again", document_id, stale_after_s,
                     extra={"document_id": document_id})
-        ctx.dispatcher.send("ingest", document_id)
+        start_document(ctx.dispatcher, document_id)
     return claimed
 
 

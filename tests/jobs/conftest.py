@@ -15,6 +15,7 @@ from pipeline.db.migrate import upgrade_to_head
 from pipeline.db.models import Document
 from pipeline.db.session import create_db_engine, session_scope
 from pipeline.jobs.options import DocumentOptions
+from pipeline.jobs.start import start_document
 from pipeline.storage import LocalBlobStore
 from tests.jobs.expected import service_settings
 from workers.embedded import EmbeddedWorkers
@@ -44,7 +45,7 @@ def embedded_workers(settings: Settings, engine_host: EngineHost) -> Iterator[Em
 
 def accept(workers: EmbeddedWorkers, data: bytes, name: str, tenant: str = "acme", send: bool = True,
            **options: object) -> str:
-    """What the API does with an upload: the blob, then the row, then ingest."""
+    """What the API does with an upload: the blob, then the row, then start its work."""
     ctx = workers.context
     key = ctx.blobs.put(data)
     resolved = DocumentOptions(**options).resolved(ctx.settings)
@@ -55,7 +56,7 @@ def accept(workers: EmbeddedWorkers, data: bytes, name: str, tenant: str = "acme
         session.flush()
         document_id = document.id
     if send:
-        workers.send("ingest", document_id)
+        start_document(workers, document_id)
     return document_id
 
 

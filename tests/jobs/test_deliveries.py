@@ -19,8 +19,9 @@ from pipeline.db.migrate import upgrade_to_head
 from pipeline.db.models import Batch, Document, WebhookDelivery
 from pipeline.db.session import create_db_engine, session_scope
 from pipeline.jobs.events import announce_document
+from pipeline.jobs.graph import GRAPH
 from pipeline.jobs.options import DocumentOptions
-from pipeline.jobs.stages import STAGES
+from pipeline.jobs.start import start_document
 from pipeline.storage import LocalBlobStore
 from pipeline.webhooks import verify
 from tests.documents.samples import ENCRYPTED
@@ -194,7 +195,7 @@ def test_a_batch_announces_batch_finished_once_after_its_last_document(workers):
             session.flush()
             batch_id, document_ids = batch.id, [document.id for document in documents]
         for document_id in document_ids:
-            workers.send("ingest", document_id)
+            start_document(workers, document_id)
         for document_id in document_ids:
             wait_until_final(workers, document_id)
         (finished,) = attempts(workers, 1, batch_id=batch_id)
@@ -217,7 +218,7 @@ def test_deliver_run_again_after_its_attempt_was_recorded_does_nothing(workers):
     with receiver() as hooks:
         document_id = accept(workers, ONE_PAGE, "one.pdf", callback_url=hooks.url)
         (row,) = attempts(workers, 1, document_id=document_id)
-        STAGES["deliver"](workers.context, row.delivery_id)
+        GRAPH["deliver"].run(workers.context, row.delivery_id)
         assert len(hooks.received) == 1
     (again,) = attempts(workers, 1, document_id=document_id)
     assert (again.id, again.attempt, again.attempted_at) == (row.id, 1, row.attempted_at)

@@ -8,6 +8,7 @@ import json
 import logging
 import threading
 import time
+from dataclasses import replace
 
 import jsonschema
 import pytest
@@ -19,7 +20,7 @@ from pipeline.documents.assemble import load_schema
 from pipeline.engine.errors import CheckpointError
 from pipeline.engine.scheduler import Step
 from pipeline.jobs.cancel import cancel_document
-from pipeline.jobs.stages import STAGES, run_stage
+from pipeline.jobs.graph import GRAPH, run_stage
 from tests.documents.samples import ENCRYPTED, ENCRYPTED_PASSWORD
 from tests.jobs.conftest import accept, wait_until_final
 from tests.jobs.expected import CORPUS, comparable, pdf_with_an_unrenderable_page, processed
@@ -103,11 +104,11 @@ def test_every_stage_run_again_changes_nothing(service):
     before = snapshot(service, document.id)
     with session_scope(ctx.db) as session:
         page_ids = session.scalars(select(Page.id).where(Page.document_id == document.id)).all()
-    STAGES["ingest"](ctx, document.id)
+    GRAPH["ingest"].run(ctx, document.id)
     for page_id in page_ids:
-        STAGES["prepare"](ctx, page_id)
-        STAGES["recognize"](ctx, page_id)
-    STAGES["finalize"](ctx, document.id)
+        GRAPH["prepare"].run(ctx, page_id)
+        GRAPH["recognize"].run(ctx, page_id)
+    GRAPH["finalize"].run(ctx, document.id)
     time.sleep(0.5)  # whatever those sent on runs on the pools
     assert snapshot(service, document.id) == before
 
@@ -115,15 +116,15 @@ def test_every_stage_run_again_changes_nothing(service):
 def test_a_document_deleted_while_it_is_worked_on_ends_its_remaining_tasks_quietly(service, caplog):
     ctx = service.context
     document_id = accept(service, FOUR_PAGES, "four.pdf", send=False)
-    STAGES["ingest"](ctx, document_id)  # pages exist; their prepare tasks are queued
+    GRAPH["ingest"].run(ctx, document_id)  # pages exist; their prepare tasks are queued
     with session_scope(ctx.db) as session:
         page_ids = session.scalars(select(Page.id).where(Page.document_id == document_id)).all()
         session.delete(session.get_one(Document, document_id))
     for page_id in page_ids:
-        STAGES["prepare"](ctx, page_id)
-        STAGES["recognize"](ctx, page_id)
-    STAGES["ingest"](ctx, document_id)
-    STAGES["finalize"](ctx, document_id)
+        GRAPH["prepare"].run(ctx, page_id)
+        GRAPH["recognize"].run(ctx, page_id)
+    GRAPH["ingest"].run(ctx, document_id)
+    GRAPH["finalize"].run(ctx, document_id)
     time.sleep(0.5)  # the prepare tasks ingest sent run on the pools too
     with session_scope(ctx.db) as session:
         assert session.scalar(select(func.count()).select_from(Page)) == 0
@@ -214,7 +215,7 @@ def test_a_stage_failing_on_a_typed_error_logs_its_code_and_no_traceback(monkeyp
     def cannot_load(ctx, key):
         raise CheckpointError("/models/ocr/config.json: not found", "no_config")
 
-    monkeypatch.setitem(STAGES, "recognize", cannot_load)
+    monkeypatch.setitem(GRAPH, "recognize", replace(GRAPH["recognize"], run=cannot_load))
     with caplog.at_level(logging.WARNING), pytest.raises(CheckpointError):
         run_stage(None, "recognize", 7)
     [record] = [r for r in caplog.records if r.getMessage().startswith("recognize 7 raised")]

@@ -1,0 +1,114 @@
+"""The `prepare` stage: render and lay out one page, then send it to recognize, or finish it when no region of it
+needs the model (then the document's last page sends finalize).
+
+Each page is its own task, which may run on another machine than its document's ingest, so it reopens the upload.
+"""
+
+from __future__ import annotations
+
+import io
+
+from PIL import Image
+
+from pipeline.db.models import Page
+from pipeline.db.session import session_scope
+from pipeline.db.upserts import upsert_regions
+from pipeline.documents.errors import DocumentError
+from pipeline.documents.ingest import SourcePage, ingest
+from pipeline.documents.layout_weights import LayoutModelUnavailable
+from pipeline.documents.process import FinishedPage, LaidOutPage, ProcessOptions, lay_out, page_problem
+from pipeline.documents.results import PageOutput, Problem
+from pipeline.jobs.context import Context
+from pipeline.jobs.handoff import hand_off
+from pipeline.jobs.pages import OPEN_PAGE, finish_page, keep_blobs, process_options, wanted
+from pipeline.jobs.rows import region_row
+
+
+def prepare_page(ctx: Context, page_id: int) -> None:
+    """Render and lay out one page, store its image and one row per region; regions for the model go on to recognize."""
+    with session_scope(ctx.db) as session:
+        page = session.get(Page, page_id)
+        if page is None or page.document.status == "canceled":
+            return
+        state, index, document = page.status, page.index, page.document
+        sha256, options = document.sha256, process_options(ctx, document)
+    if state != "queued":
+        _pass_on(ctx, page_id, state, document.id)
+        return
+    laid_out = _lay_out(ctx, sha256, index, options, document.options["layout"])
+    if isinstance(laid_out, FinishedPage):
+        _finish_failed_page(ctx, page_id, laid_out.output)
+        return
+    png = _png(laid_out.page.image)
+    image_key = ctx.blobs.put(png)
+    outputs = [laid_out.region_output(i) for i in range(len(laid_out.prepared))]
+    rows = [region_row(output, page_id, i, item.crop_box, pending=item.needs_model)
+            for i, (item, output) in enumerate(zip(laid_out.prepared, outputs, strict=True))]
+    pending = any(item.needs_model for item in laid_out.prepared)
+    with session_scope(ctx.db) as session:
+        if wanted(session, document.id) is None:
+            return
+        page = session.get_one(Page, page_id)
+        keep_blobs(session, ctx, {image_key: png})
+        upsert_regions(session, rows)
+        _describe(page, laid_out, image_key)
+        page.status = "processing"
+        complete = False if pending else finish_page(session, page_id, document.id, page_problem(outputs))
+    if pending:
+        hand_off(ctx.dispatcher, "prepare", "recognize", page_id)
+    elif complete:
+        hand_off(ctx.dispatcher, "prepare", "finalize", document.id)
+
+
+def _pass_on(ctx: Context, page_id: int, state: str, document_id: str) -> None:
+    """A re-delivered task for a page that has moved on: send the page's next stage again, which is idempotent."""
+    if state == "processing":
+        hand_off(ctx.dispatcher, "prepare", "recognize", page_id)
+    elif state not in OPEN_PAGE:
+        hand_off(ctx.dispatcher, "prepare", "finalize", document_id)  # returns at once unless every page is done
+
+
+def _lay_out(ctx: Context, sha256: str, index: int, options: ProcessOptions, layout: str) -> LaidOutPage | FinishedPage:
+    """lay_out on page `index`, reopening the upload (each page task may run on another machine)."""
+    try:
+        backend = ctx.layout(layout)
+        with ingest(ctx.blobs.get(sha256), options.limits, options.password) as opened:
+            return lay_out(SourcePage(opened, index), backend, options.regions)
+    except DocumentError as exc:
+        return _failed(index, Problem(exc.code, exc.message))
+    except LayoutModelUnavailable as exc:
+        return _failed(index, Problem("layout_model_unavailable", str(exc)))
+
+
+def _failed(index: int, problem: Problem) -> FinishedPage:
+    return FinishedPage(PageOutput(index, "failed", error=problem), None, 0)
+
+
+def _describe(page: Page, laid_out: LaidOutPage, image_key: str) -> None:
+    rendered = laid_out.page
+    page.width_px, page.height_px, page.dpi, page.rotation = (rendered.width_px, rendered.height_px, rendered.dpi,
+                                                              rendered.rotation)
+    page.width_pt, page.height_pt = rendered.width_pt, rendered.height_pt
+    page.image_key, page.layout, page.timings = image_key, laid_out.layout, laid_out.timings_ms
+    page.layout_reason = laid_out.layout_reason
+
+
+def _finish_failed_page(ctx: Context, page_id: int, output: PageOutput) -> None:
+    with session_scope(ctx.db) as session:
+        page = session.get(Page, page_id)
+        if page is None or wanted(session, page.document_id) is None:
+            return
+        page.layout, page.layout_reason, page.timings = output.layout, output.layout_reason, output.timings_ms
+        page.width_px, page.height_px, page.dpi = output.width_px, output.height_px, output.dpi
+        page.width_pt, page.height_pt, page.rotation = output.width_pt, output.height_pt, output.rotation
+        document_id = page.document_id
+        complete = finish_page(session, page_id, document_id, output.error)
+    if complete:
+        hand_off(ctx.dispatcher, "prepare", "finalize", document_id)
+
+
+def _png(image: Image.Image) -> bytes:
+    """The page image, lossless (the crops the GPU worker cuts must be the pixels layout saw); fast compression."""
+    buffer = io.BytesIO()
+    image.save(buffer, "PNG", compress_level=1)
+    return buffer.getvalue()

@@ -1,0 +1,132 @@
+"""The `recognize` stage, on a GPU worker: every pending region of one page through the resident engine, and the
+page finished (then the document's last page sends finalize).
+
+A page's regions are submitted together so they batch with other pages' regions in the engine; a tenant's crop seen
+before under the same weights comes from the result cache instead. The task watches for a cancel while it waits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from concurrent.futures import Future, wait
+from dataclasses import replace
+
+from PIL import Image
+from sqlalchemy import select
+
+from pipeline.db.models import Document, Page, Region
+from pipeline.db.session import session_scope
+from pipeline.db.upserts import CropKey, recall_recognitions, remember_recognitions, upsert_regions
+from pipeline.documents.process import page_problem, recognized_region
+from pipeline.documents.recognize import Recognition, RecognitionTask, Recognizer
+from pipeline.documents.results import RegionOutput
+from pipeline.jobs.context import Context
+from pipeline.jobs.handoff import hand_off
+from pipeline.jobs.pages import OPEN_PAGE, finish_page, wanted
+from pipeline.jobs.rows import region_output, region_row
+
+CANCEL_POLL_S = 0.5  # how often a recognize task waiting on the engine looks for a cancel
+
+
+def recognize_page(ctx: Context, page_id: int) -> None:
+    """Recognise every pending region of one page at once (so they batch with other pages' regions) and store them."""
+    if ctx.recognition is None:
+        raise RuntimeError("recognize runs on a GPU worker: this process has no recognizer")
+    with session_scope(ctx.db) as session:
+        page = session.get(Page, page_id)
+        if page is None or page.document.status == "canceled":
+            return
+        state, document_id, tenant, image_key = page.status, page.document_id, page.document.tenant, page.image_key
+        pending = [region for region in page.regions if region.status == "pending"]
+    if state != "processing":
+        _pass_on(ctx, state, document_id)
+        return
+    image = _image(ctx, image_key)
+    crops = [image.crop(tuple(region.crop_px)) for region in pending]
+    keys = [_crop_key(ctx, tenant, region, crop) for region, crop in zip(pending, crops, strict=True)]
+    outputs = _recognize(ctx, tenant, crops, keys, pending, document_id)
+    if outputs is None:  # canceled while the engine worked on it
+        return
+    rows = [{**region_row(output, page_id, region.index, region.crop_px), "attempts": region.attempts + 1}
+            for region, output in zip(pending, outputs, strict=True)]
+    with session_scope(ctx.db) as session:
+        document = wanted(session, document_id)
+        if document is None:
+            return
+        upsert_regions(session, rows)
+        remember_recognitions(session, [(key, {"text": output.text, "html": output.html, "latex": output.latex,
+                                               "finish_reason": output.finish_reason, "truncated": output.truncated})
+                                        for key, output in zip(keys, outputs, strict=True) if output.source == "model"])
+        document.model = ctx.recognition.model
+        regions = [region_output(region) for region in session.get_one(Page, page_id).regions]
+        complete = finish_page(session, page_id, document_id, page_problem(regions))
+    if complete:
+        hand_off(ctx.dispatcher, "recognize", "finalize", document_id)
+
+
+def _pass_on(ctx: Context, state: str, document_id: str) -> None:
+    """A re-delivered task for a page that has finished: send finalize again, which returns at once unless every
+    page is done."""
+    if state not in OPEN_PAGE:
+        hand_off(ctx.dispatcher, "recognize", "finalize", document_id)
+
+
+def _recognize(ctx: Context, tenant: str, crops: list[Image.Image], keys: list[CropKey], regions: list[Region],
+               document_id: str) -> list[RegionOutput] | None:
+    """Each region's output: from the result cache when this tenant's crop was seen, else from the recognizer;
+    None when the document was canceled meanwhile.
+
+    Every miss is submitted before any is waited for, so the page's regions are in the engine together.
+    """
+    assert ctx.recognition is not None
+    recognizer = ctx.recognition.recognizer(tenant)
+    with session_scope(ctx.db) as session:
+        cached = recall_recognitions(session, keys)
+    futures: dict[int, Future[Recognition]] = {
+        i: recognizer.submit(RecognitionTask(crop, region.task or "ocr", f"page{region.page_id}-region{region.index}"))
+        for i, (region, crop, hit) in enumerate(zip(regions, crops, cached, strict=True)) if hit is None}
+    if not _wait(ctx, recognizer, futures, document_id):
+        return None
+    outputs = []
+    for i, (region, hit) in enumerate(zip(regions, cached, strict=True)):
+        base = region_output(region)
+        if hit is None:
+            outputs.append(recognized_region(base, futures[i].result()))
+        else:
+            outputs.append(replace(base, source="cache", text=hit.text, html=hit.html, latex=hit.latex,
+                                   finish_reason=hit.finish_reason, truncated=hit.truncated))
+    return outputs
+
+
+def _wait(ctx: Context, recognizer: Recognizer, futures: dict[int, Future[Recognition]], document_id: str) -> bool:
+    """Wait for the futures, looking at the document every CANCEL_POLL_S; on a cancel, abort them and say False."""
+    waiting = set(futures.values())
+    while waiting:
+        _, waiting = wait(waiting, timeout=CANCEL_POLL_S)
+        if waiting and _canceled(ctx, document_id):
+            for future in waiting:
+                recognizer.cancel(future)
+            return False
+    return True
+
+
+def _canceled(ctx: Context, document_id: str) -> bool:
+    with session_scope(ctx.db) as session:
+        status = session.scalars(select(Document.status).where(Document.id == document_id)).one_or_none()
+    return status in (None, "canceled")
+
+
+def _crop_key(ctx: Context, tenant: str, region: Region, crop: Image.Image) -> CropKey:
+    assert ctx.recognition is not None
+    digest = hashlib.sha256(f"{crop.mode}:{crop.width}x{crop.height}:".encode())
+    digest.update(crop.tobytes())
+    return CropKey(tenant, ctx.recognition.revision, region.task or "ocr", digest.hexdigest())
+
+
+def _image(ctx: Context, key: str | None) -> Image.Image:
+    if key is None:
+        raise RuntimeError("a page in `processing` has no image: prepare did not finish it")
+    with ctx.blobs.open(key) as blob:
+        image = Image.open(blob)
+        image.load()
+    return image.convert("RGB")
