@@ -18,10 +18,8 @@ from api.errors import ApiError
 from api.queries import decode_cursor, encode_cursor
 from api.schemas import Counts, DocumentState, DocumentSummary
 from api.views import summary_view as document_summary
-from pipeline.db.models import DOCUMENT_STATUSES, Batch, Document, Page, Region
+from pipeline.db.models import DOCUMENT_STATUSES, FINAL_DOCUMENT_STATUSES, Batch, Document, Page, Region
 from pipeline.jobs.batches import AcceptedBatch
-
-FINAL = ("succeeded", "partial", "failed", "canceled")
 
 
 class Rejection(BaseModel):
@@ -102,8 +100,9 @@ def status_view(request: Request, session: Session, batch: Batch) -> BatchStatus
     statuses: dict[DocumentState, int] = dict.fromkeys(DOCUMENT_STATUSES, 0)  # type: ignore[arg-type]
     for document in documents:
         statuses[document.status] += 1  # type: ignore[index]
-    finished = sum(statuses[status] for status in FINAL)
-    unopened = any(document.page_count is None and document.status not in FINAL for document in documents)
+    finished = sum(statuses[status] for status in FINAL_DOCUMENT_STATUSES)
+    unopened = any(document.page_count is None and document.status not in FINAL_DOCUMENT_STATUSES
+                   for document in documents)
     pages = Counts(done=sum(document.pages_done for document in documents),
                    total=None if unopened else sum(document.page_count or 0 for document in documents))
     progress = BatchProgress(documents=Counts(done=finished, total=len(documents)), pages=pages,

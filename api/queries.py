@@ -7,11 +7,11 @@ import binascii
 import json
 from datetime import datetime
 
-from sqlalchemy import and_, case, func, or_, select
+from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session, selectinload
 
 from api.errors import ApiError
-from pipeline.db.models import Document, Page, Region
+from pipeline.db.models import Document, Page
 
 
 def owned_document(session: Session, tenant: str, document_id: str) -> Document:
@@ -21,14 +21,6 @@ def owned_document(session: Session, tenant: str, document_id: str) -> Document:
     if document is None:
         raise ApiError(404, "document_not_found", f"no document {document_id}")
     return document
-
-
-def region_counts(session: Session, document_id: str) -> tuple[int, int]:
-    """(regions no longer pending, regions so far) over the document's pages."""
-    done = func.coalesce(func.sum(case((Region.status != "pending", 1), else_=0)), 0)
-    row = session.execute(select(done, func.count(Region.id)).join(Page, Region.page_id == Page.id)
-                          .where(Page.document_id == document_id)).one()
-    return int(row[0]), int(row[1])
 
 
 def owned_page(session: Session, tenant: str, document_id: str, number: int) -> Page:

@@ -14,7 +14,7 @@ from api.schemas import (
     Problem,
     Progress,
 )
-from pipeline.db.models import Document, Page
+from pipeline.db.models import Document, Page, shown_options
 from pipeline.documents.assemble import page_json
 from pipeline.jobs.rows import page_output
 
@@ -36,7 +36,7 @@ def status_view(request: Request, document: Document, regions: tuple[int, int]) 
         id=document.id, filename=document.filename, status=document.status,  # type: ignore[arg-type]
         media_type=document.media_type, size=document.size_bytes, sha256=document.sha256,
         page_count=document.page_count,
-        options={key: value for key, value in document.options.items() if key != "password"},
+        options=shown_options(document.options),
         progress=Progress(pages=Counts(done=document.pages_done, total=document.page_count),
                           regions=Counts(done=regions[0], total=regions[1])),
         error=_problem(document), timings=dict(document.timings or {}), created_at=document.created_at,

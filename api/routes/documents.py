@@ -19,10 +19,11 @@ from fastapi.responses import StreamingResponse
 
 from api.deps import ServicesDep, Tenant
 from api.errors import ApiError, error_responses
-from api.queries import newest_documents, owned_document, owned_page, region_counts
+from api.queries import newest_documents, owned_document, owned_page
 from api.schemas import DocumentAccepted, DocumentList, DocumentState, DocumentStatus, PageResult
 from api.upload import form_options, receive_upload, upload_openapi
 from api.views import accepted_view, document_url, page_view, status_view, summary_view
+from pipeline.db.counts import region_counts
 from pipeline.db.session import session_scope
 from pipeline.jobs.cancel import NotCancelable, cancel_document
 from pipeline.jobs.intake import IdempotencyConflict, accept_upload, delete_document

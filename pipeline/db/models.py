@@ -33,6 +33,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
 DOCUMENT_STATUSES = ("queued", "processing", "succeeded", "partial", "failed", "canceled")
+FINAL_DOCUMENT_STATUSES = ("succeeded", "partial", "failed", "canceled")  # nothing changes a document after these
 PAGE_STATUSES = ("queued", "processing", "succeeded", "failed")
 REGION_STATUSES = ("pending", "succeeded", "failed")
 # Where a region's content came from; "none" is a picture region, which is never recognised (result.schema.json).
@@ -296,3 +297,8 @@ class WebhookDelivery(Base):
     # not made yet. The row of attempt 1 is written with the event, so the stage that sends it reads it there.
     attempted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+def shown_options(options: dict[str, Any]) -> dict[str, Any]:
+    """A document's options as anything but its own processing sees or keeps them: never the PDF's password."""
+    return {key: value for key, value in options.items() if key != "password"}

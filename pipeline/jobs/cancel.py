@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sqlalchemy import Engine, select
 
-from pipeline.db.models import Document, utcnow
+from pipeline.db.models import Document, shown_options, utcnow
 from pipeline.db.session import session_scope
 from pipeline.jobs.dispatch import Dispatcher
 from pipeline.jobs.events import announce_document, send_deliveries
@@ -38,7 +38,7 @@ def cancel_document(db: Engine, dispatcher: Dispatcher, tenant: str, document_id
             raise NotCancelable(document_id, document.status)
         document.status, document.finished_at = "canceled", utcnow()
         document.dedup_key = None  # a new upload of the same file is a new document
-        document.options = {key: value for key, value in document.options.items() if key != "password"}
+        document.options = shown_options(document.options)
         session.flush()
         announced = announce_document(session, document_id)  # recorded with the status change, so exactly once
     send_deliveries(dispatcher, announced)

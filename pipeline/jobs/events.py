@@ -16,14 +16,14 @@ from datetime import datetime
 from typing import Any
 
 import pydantic_core
-from sqlalchemy import case, func, select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from pipeline.db.models import Batch, Document, Page, Region, Tenant, WebhookDelivery, utcnow
+from pipeline.db.counts import region_counts
+from pipeline.db.models import FINAL_DOCUMENT_STATUSES, Batch, Document, Tenant, WebhookDelivery, shown_options, utcnow
 from pipeline.jobs.dispatch import Dispatcher
 from pipeline.jobs.handoff import enter
 
-FINAL = ("succeeded", "partial", "failed", "canceled")
 BATCH_FINISHED = "batch.finished"
 
 
@@ -32,7 +32,7 @@ def announce_document(session: Session, document_id: str) -> list[str]:
     `document.<status>` to its callback URL (the upload's, else its tenant's), and `batch.finished` when it was
     the last open document of its batch. Returns the delivery ids to send once the transaction has committed."""
     document = session.get(Document, document_id)
-    if document is None or document.status not in FINAL:
+    if document is None or document.status not in FINAL_DOCUMENT_STATUSES:
         return []
     announced = []
     url = document.options.get("callback_url") or _tenant_url(session, document.tenant)
@@ -86,14 +86,14 @@ def event_body(session: Session, delivery: WebhookDelivery, created: datetime) -
 def document_summary(session: Session, document: Document) -> dict[str, Any]:
     """The document as `GET /v1/documents/{id}` shows it, less `links` (their host is the one a client used,
     which a worker does not know)."""
-    regions = _region_counts(session, document.id)
+    regions = region_counts(session, document.id)
     error = None if document.error_code is None else {"code": document.error_code,
                                                        "message": document.error_message or document.error_code}
     return {
         "id": document.id, "filename": document.filename, "status": document.status,
         "media_type": document.media_type, "size": document.size_bytes, "sha256": document.sha256,
         "page_count": document.page_count,
-        "options": {key: value for key, value in document.options.items() if key != "password"},
+        "options": shown_options(document.options),
         "progress": {"pages": {"done": document.pages_done, "total": document.page_count},
                      "regions": {"done": regions[0], "total": regions[1]}},
         "error": error, "timings": dict(document.timings or {}), "created_at": document.created_at,
@@ -126,12 +126,4 @@ def _tenant_url(session: Session, tenant: str) -> str | None:
 
 def _open_documents(session: Session, batch_id: str) -> int:
     return session.scalar(select(func.count()).select_from(Document).where(
-        Document.batch_id == batch_id, Document.status.not_in(FINAL))) or 0
-
-
-def _region_counts(session: Session, document_id: str) -> tuple[int, int]:
-    """(regions no longer pending, regions) over the document's pages, as the status endpoint counts them."""
-    done = func.coalesce(func.sum(case((Region.status != "pending", 1), else_=0)), 0)
-    row = session.execute(select(done, func.count(Region.id)).join(Page, Region.page_id == Page.id)
-                          .where(Page.document_id == document_id)).one()
-    return int(row[0]), int(row[1])
+        Document.batch_id == batch_id, Document.status.not_in(FINAL_DOCUMENT_STATUSES))) or 0

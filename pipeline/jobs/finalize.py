@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import selectinload
 
-from pipeline.db.models import Document, Page, utcnow
+from pipeline.db.models import Document, Page, shown_options, utcnow
 from pipeline.db.session import session_scope
 from pipeline.documents.assemble import document_json, document_markdown
 from pipeline.documents.process import document_status
@@ -41,7 +41,7 @@ def finalize_document(ctx: Context, document_id: str) -> None:
     result_key, markdown_key = ctx.blobs.put(results["json"]), ctx.blobs.put(results["markdown"])
     with session_scope(ctx.db) as session:
         keep_blobs(session, ctx, {result_key: results["json"], markdown_key: results["markdown"]})
-        options = {key: value for key, value in document.options.items() if key != "password"}
+        options = shown_options(document.options)
         finished_now = session.execute(update(Document).where(
             Document.id == document_id, Document.status == "processing").values(
             status=status, result_key=result_key, markdown_key=markdown_key, finished_at=finished,

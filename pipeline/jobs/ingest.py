@@ -10,7 +10,7 @@ import time
 
 from sqlalchemy import select
 
-from pipeline.db.models import Document, Page, utcnow
+from pipeline.db.models import FINAL_DOCUMENT_STATUSES, Document, Page, utcnow
 from pipeline.db.session import session_scope
 from pipeline.db.upserts import insert_pages
 from pipeline.documents.errors import DocumentError
@@ -18,14 +18,14 @@ from pipeline.documents.ingest import ingest, sniff
 from pipeline.documents.results import Problem
 from pipeline.jobs.context import Context
 from pipeline.jobs.handoff import hand_off
-from pipeline.jobs.pages import FINAL_DOCUMENT, OPEN_PAGE, process_options, wanted
+from pipeline.jobs.pages import OPEN_PAGE, process_options, wanted
 
 
 def ingest_document(ctx: Context, document_id: str) -> None:
     """Open the upload, count its pages, add a row per page and send each page on; bad input fails the document."""
     with session_scope(ctx.db) as session:
         document = session.get(Document, document_id)
-        if document is None or document.status in FINAL_DOCUMENT:
+        if document is None or document.status in FINAL_DOCUMENT_STATUSES:
             return
         if document.status == "queued":
             document.status, document.started_at = "processing", utcnow()

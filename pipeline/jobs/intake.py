@@ -21,7 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from pipeline.config import Settings
-from pipeline.db.models import Document, Page
+from pipeline.db.models import Document, Page, shown_options
 from pipeline.db.session import session_scope
 from pipeline.jobs.options import DocumentOptions
 from pipeline.storage import BlobStore, BlobWriter, StoredBlob
@@ -146,7 +146,7 @@ def _insert(session: Session, upload: _Upload) -> tuple[Document, bool]:
 def _same_request(document: Document, upload: _Upload) -> bool:
     """Same bytes, name and options; the password is left out because finalize erases it from the stored options."""
     def comparable(options: dict[str, Any]) -> dict[str, Any]:
-        return {key: value for key, value in options.items() if key != "password"}
+        return shown_options(options)
 
     return (document.sha256 == upload.blob.key and document.filename == upload.filename
             and comparable(document.options) == comparable(upload.options))

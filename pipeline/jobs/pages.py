@@ -19,7 +19,6 @@ from pipeline.jobs.context import Context
 from pipeline.jobs.intake import lock_blobs
 from pipeline.jobs.options import DocumentOptions
 
-FINAL_DOCUMENT = ("succeeded", "partial", "failed", "canceled")
 OPEN_PAGE = ("queued", "processing")
 
 
