@@ -9,4 +9,9 @@
 torch::Tensor paged_decode(torch::Tensor q, torch::Tensor k_pool, torch::Tensor v_pool, torch::Tensor tables,
                            torch::Tensor lengths, double scale);
 
+torch::Tensor int8_linear(torch::Tensor x, torch::Tensor qweight, torch::Tensor scales, int64_t n);
+
+torch::Tensor int4_linear(torch::Tensor x, torch::Tensor qweight, torch::Tensor scales, torch::Tensor zeros,
+                          int64_t group_size, int64_t n);
+
 std::vector<int64_t> bind_omp_threads(const std::vector<int64_t>& cpus);

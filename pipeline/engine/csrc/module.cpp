@@ -2,5 +2,7 @@
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("paged_decode", &paged_decode, "paged decode attention (CPU)");
+  m.def("int8_linear", &int8_linear, "x @ W.T for an int8 weight in 16-column panels (CPU, fp32 x)");
+  m.def("int4_linear", &int4_linear, "x @ W.T for a grouped int4 weight in 16-column panels (CPU, fp32 x)");
   m.def("bind_omp_threads", &bind_omp_threads, "bind OpenMP thread i of the caller's team to cpus[i]");
 }

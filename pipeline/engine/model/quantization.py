@@ -5,7 +5,9 @@ weight bytes make it faster; the vision tower, the projector and the embedding r
 not multiplied, so they keep the model dtype. int8 is symmetric per output channel; int4 is asymmetric per group of
 `group_size` input columns, `w ≈ (q - 8) · scale + zero` as torch's int4 kernels define it. Scales and zeros are
 bf16 because those kernels take them in the activation dtype, and on a CPU their fp32-activation paths are scalar
-(about ten times slower), so activations are cast to bf16 for the kernels. Every step is row-local, so a stacked
+(about ten times slower), so activations are cast to bf16 for the kernels. Where the engine's CPU extension builds,
+its own kernels serve instead: on fp32 activations, from weights repacked into 16-column panels, they are faster than
+both torch's int kernels and the fp32 GEMM at decode sizes. Every step is row-local, so a stacked
 projection quantized part by part equals the stack quantized whole, and quantizing always runs on the CPU in fp32,
 so `quire models quantize` and quantizing at load give the same bits.
 """
@@ -13,7 +15,9 @@ so `quire models quantize` and quantizing at load give the same bits.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -26,6 +30,7 @@ DEFAULT_GROUP_SIZE = 64
 KERNEL_DTYPE = torch.bfloat16
 QUANTIZED_MODULES = re.compile(r"^(lm_head|model\.layers\.\d+\.(self_attn|mlp)\.\w+)$")
 _REFITS = 4  # least-squares refits of each int4 group's scale and zero: 5-6% less error than min/max alone
+PANEL = 16  # output columns per panel of the extension's kernels
 _CHUNK_ROWS = 4096  # quantize in row chunks, so the temporaries stay a few MB for the 103k-row head
 
 
@@ -141,9 +146,10 @@ class QuantizedLinear(nn.Module):
     """A bias-free linear holding its weight as integers plus bf16 scales; it returns the model dtype.
 
     The loader fills the stored tensors row range by row range (`fill`), then `finish` puts them in the layout the
-    device's kernel reads. Every call goes through torch's int kernel where the device has one, even prefill-sized
-    ones that a GEMM on the dequantized weight would run faster: mixing the two paths by row count made a request's
-    tokens depend on what it was batched with. A device without a kernel dequantizes the weight on every call.
+    device's kernel reads. Every call goes through the int kernel where the device has one (the extension's panel
+    kernel on a CPU that built it, else torch's), even prefill-sized ones that a GEMM on the dequantized weight would
+    run faster: mixing the two paths by row count made a request's tokens depend on what it was batched with. A
+    device without a kernel dequantizes the weight on every call.
     """
 
     def __init__(self, scheme: Quantization, in_features: int, out_features: int, dtype: torch.dtype,
@@ -151,6 +157,7 @@ class QuantizedLinear(nn.Module):
         super().__init__()
         self.scheme, self.in_features, self.out_features, self.out_dtype = scheme, in_features, out_features, dtype
         self.kernel = False
+        self.panel_op: Callable[..., torch.Tensor] | None = None  # the extension's kernel, once `finish` repacks
 
     @property
     def dtype(self) -> torch.dtype:
@@ -174,15 +181,38 @@ class QuantizedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.kernel:
             return F.linear(x, self.dequantize().to(x.dtype))
-        out = self._kernel(x.reshape(-1, self.in_features).to(KERNEL_DTYPE))
+        rows = x.reshape(-1, self.in_features)
+        if self.panel_op is not None:
+            out = self._panel_kernel(rows.float().contiguous())
+        else:
+            out = self._kernel(rows.to(KERNEL_DTYPE))
         return out.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
 
     def _kernel(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def _panel_kernel(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
     def dequantize(self) -> torch.Tensor:
         """The float weight (N, K) the quantized one stands for, in the model dtype."""
         raise NotImplementedError
+
+
+def panel_extension(device: torch.device) -> ModuleType | None:
+    """The engine's CPU extension for a CPU weight, None elsewhere or where it is disabled or cannot build."""
+    if device.type != "cpu":
+        return None
+    from ..cpu_kernels import paged_decode_module  # imported late: cpu_kernels imports the model package
+
+    return paged_decode_module()
+
+
+def to_panels(rows: torch.Tensor) -> torch.Tensor:
+    """(N, ...) → (P, ..., 16), N padded to P·16 with zeros: each panel's columns side by side, so a thread streams
+    a panel's weight in one contiguous run."""
+    padded = F.pad(rows, (0, 0) * (rows.dim() - 1) + (0, -rows.shape[0] % PANEL))
+    return padded.reshape(-1, PANEL, *rows.shape[1:]).movedim(1, -1).contiguous()
 
 
 def has_kernel(op: str, device: torch.device) -> bool:
@@ -198,11 +228,25 @@ class Int8Linear(QuantizedLinear):
         self.register_buffer("scales", torch.empty(out_features, dtype=KERNEL_DTYPE, device=device))
         self.kernel = has_kernel("aten::_weight_int8pack_mm", torch.device(device))
 
+    def finish(self) -> None:
+        """Repack into panels for the extension's kernel where it serves; torch's takes the weight as filled."""
+        extension = panel_extension(self.device)
+        if extension is None:
+            return
+        self.qweight = to_panels(self.qweight)
+        self.kernel, self.panel_op = True, extension.int8_linear
+
     def _kernel(self, x: torch.Tensor) -> torch.Tensor:
         return torch._weight_int8pack_mm(x, self.qweight, self.scales)
 
+    def _panel_kernel(self, x: torch.Tensor) -> torch.Tensor:
+        return self.panel_op(x, self.qweight, self.scales, self.out_features)
+
     def dequantize(self) -> torch.Tensor:
-        return self.qweight.to(self.out_dtype) * self.scales.to(self.out_dtype)[:, None]
+        qweight = self.qweight
+        if self.panel_op is not None:
+            qweight = qweight.movedim(-1, 1).flatten(0, 1)[:self.out_features]
+        return qweight.to(self.out_dtype) * self.scales.to(self.out_dtype)[:, None]
 
 
 class Int4Linear(QuantizedLinear):
@@ -220,12 +264,27 @@ class Int4Linear(QuantizedLinear):
 
     def finish(self) -> None:
         """Repack for the kernel, when this device has one that takes this shape; else stay portable."""
+        extension = panel_extension(self.device)
+        if extension is not None:
+            self._pack_panels(extension)
+            return
         if not _int4_kernel_takes(self.device, self.out_features, self.in_features):
             return
         self.qweight = _pack_int4(self.qweight, self.in_features)
         self.scales = torch.stack([self.scales, self.zeros], dim=-1).transpose(0, 1).contiguous()
         del self.zeros
         self.kernel = True
+
+    def _pack_panels(self, extension: ModuleType) -> None:
+        """Byte j of a panel's row k holds column j's level in its low nibble and column j + 8's in its high one,
+        so one byte load feeds both halves of the panel."""
+        levels = to_panels(unpack_int4(self.qweight))
+        self.qweight = levels[..., :PANEL // 2] | levels[..., PANEL // 2:] << 4
+        self.scales, self.zeros = to_panels(self.scales), to_panels(self.zeros)
+        self.kernel, self.panel_op = True, extension.int4_linear
+
+    def _panel_kernel(self, x: torch.Tensor) -> torch.Tensor:
+        return self.panel_op(x, self.qweight, self.scales, self.zeros, self.group_size, self.out_features)
 
     def _kernel(self, x: torch.Tensor) -> torch.Tensor:
         if self.device.type == "cpu":

@@ -14,6 +14,7 @@ from torch import nn
 from pipeline import cli
 from pipeline.engine.engine import Engine, EngineConfig
 from pipeline.engine.errors import CheckpointError
+from pipeline.engine.model import quantization
 from pipeline.engine.model.loader import load_model
 from pipeline.engine.model.paddleocr_vl import PaddleOCRVL, StackedLinear
 from pipeline.engine.model.quantization import (
@@ -67,11 +68,29 @@ def test_a_quantized_linear_is_its_dequantized_weight_and_close_to_the_float_one
     assert relative_error(weight, linear.weight) <= MAX_WEIGHT_ERROR[scheme.method]
     for rows in (1, 7, 300):
         x = torch.randn(rows, in_features).to(dtype)
-        out = module(x)  # torch's int kernel, on bf16 activations
+        out = module(x)  # the extension's panel kernel on fp32 activations, else torch's on bf16 ones
         assert out.dtype == dtype and out.shape == (rows, linear.out_features)
         assert relative_error(out, x.float() @ weight.float().T) <= 0.01
     if isinstance(unpacked, Int4Linear):  # where no kernel takes the weight, it is dequantized on every call
         assert torch.equal(unpacked(x), x @ weight.T)
+
+
+@pytest.mark.parametrize("scheme", [INT8, INT4_32, INT4_64], ids=str)
+def test_torch_kernels_serve_where_the_extension_does_not_and_agree_with_it(scheme, monkeypatch):
+    torch.manual_seed(0)
+    linear = StackedLinear(128, [("gate_proj", 200), ("up_proj", 200)])
+    panels = quantized(linear, scheme, torch.float32)
+    monkeypatch.setattr(quantization, "panel_extension", lambda device: None)
+    fallback = quantized(linear, scheme, torch.float32)
+    assert panels.panel_op is not None and fallback.panel_op is None and fallback.kernel
+    x = torch.randn(9, 128)
+    assert relative_error(panels(x), fallback(x)) <= 0.01
+
+
+def test_an_int8_weight_in_panels_dequantizes_to_the_weight_as_filled():
+    linear = nn.Linear(64, 40, bias=False)
+    assert torch.equal(quantized(linear, INT8, torch.float32).dequantize(),
+                       quantized(linear, INT8, torch.float32, packed=False).dequantize())
 
 
 @pytest.mark.parametrize("scheme", [INT8, INT4_32], ids=str)
