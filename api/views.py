@@ -15,8 +15,8 @@ from api.schemas import (
     Progress,
 )
 from pipeline.db.models import Document, Page, shown_options
-from pipeline.documents.assemble import page_json
-from pipeline.jobs.rows import page_output
+from pipeline.documents.assemble import MarkdownOptions, page_json
+from pipeline.jobs.rows import page_output, picture_links
 
 
 def document_url(request: Request, document_id: str) -> str:
@@ -55,10 +55,12 @@ def summary_view(request: Request, document: Document) -> DocumentSummary:
 
 def page_view(request: Request, page: Page) -> PageResult:
     """The page as result.schema.json has it, with `status` the page's live one: page_output reads every page
-    that has not failed as succeeded, which is right for a finished document and wrong for a queued page."""
+    that has not failed as succeeded, which is right for a finished document and wrong for a queued page. Its
+    Markdown links pictures as the document's does."""
     number = page.index + 1
     image = request.url_for("get_page_image", document_id=page.document_id, number=number)
-    body = page_json(page_output(page), None) | {"status": page.status, "number": number, "image_url": str(image)}
+    pictures = MarkdownOptions(pictures=picture_links(page.document_id, [page]))
+    body = page_json(page_output(page), pictures) | {"status": page.status, "number": number, "image_url": str(image)}
     return PageResult.model_validate(body)
 
 

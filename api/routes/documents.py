@@ -8,6 +8,7 @@ work never blocks the event loop.
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Iterator
 from functools import partial
@@ -16,6 +17,7 @@ from typing import Annotated, BinaryIO, Literal
 import anyio
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
+from PIL import Image
 
 from api.deps import ServicesDep, Tenant
 from api.errors import ApiError, error_responses
@@ -122,6 +124,30 @@ def get_page_image(services: ServicesDep, tenant: Tenant, document_id: str, numb
     return _blob_response(services.blobs, key, "image/png", missing)
 
 
+@router.get("/{document_id}/pages/{number}/regions/{order}/image", response_class=Response,
+            responses={200: {"content": {"image/png": {}}, "description": "The region's crop"},
+                       **error_responses(404, 422)})
+def get_region_image(services: ServicesDep, tenant: Tenant, document_id: str, number: int, order: int) -> Response:
+    """The crop of the region whose `order` (as the page's JSON has it) this is, margin included (PNG): the pixels
+    `quire process` saves for a picture and the model reads for any other region, so a picture in the Markdown and
+    a reviewer's doubt about a region's text are both answered here. Cut from the page image when asked, not
+    stored apart; 404 `region_not_found` for no such region, `region_image_not_found` for one with no pixels on
+    the page."""
+    with session_scope(services.db) as session:
+        page = owned_page(session, tenant, document_id, number)
+        region = next((region for region in page.regions if region.reading_order == order), None)
+        if region is None:
+            raise ApiError(404, "region_not_found", f"page {number} of document {document_id} has no region {order}")
+        key, box = page.image_key, region.crop_px
+    if key is None or box is None:
+        raise ApiError(404, "region_image_not_found", f"region {order} of page {number} has no pixels on the page")
+    try:
+        with services.blobs.open(key) as handle, Image.open(handle) as image:
+            return Response(_png(image.crop(tuple(box))), media_type="image/png")
+    except BlobNotFound:
+        raise ApiError(404, "region_image_not_found", f"page {number} of document {document_id} has no image") from None
+
+
 @router.post("/{document_id}/cancel", response_model=DocumentStatus, responses=error_responses(404, 409, 422))
 def cancel(request: Request, services: ServicesDep, tenant: Tenant, document_id: str) -> DocumentStatus:
     """Stop the document's work: pages not started are skipped, its regions in the engine are aborted, and no
@@ -156,6 +182,13 @@ def _blob_response(blobs: BlobStore, key: str | None, media_type: str, missing: 
     handle.seek(0)
     headers = {"Content-Length": str(size), "ETag": f'"{key}"'}
     return StreamingResponse(_chunks(handle), media_type=media_type, headers=headers)
+
+
+def _png(image: Image.Image) -> bytes:
+    """Encoded as `quire process` saves its crops (PIL's default PNG settings), so both give the same bytes."""
+    buffer = io.BytesIO()
+    image.save(buffer, "PNG")
+    return buffer.getvalue()
 
 
 def _chunks(handle: BinaryIO) -> Iterator[bytes]:

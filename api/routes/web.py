@@ -17,8 +17,8 @@ from api.errors import ApiError, error_responses
 from api.markdown_html import markdown_html
 from api.queries import owned_page
 from pipeline.db.session import session_scope
-from pipeline.documents.assemble import page_markdown
-from pipeline.jobs.rows import page_output
+from pipeline.documents.assemble import MarkdownOptions, page_markdown
+from pipeline.jobs.rows import page_output, picture_links
 
 STATIC = Path(__file__).resolve().parents[1] / "static"
 ASSETS = {"app.js": "text/javascript", "app.css": "text/css"}  # what /static serves, and nothing else
@@ -42,8 +42,10 @@ def asset(name: str) -> FileResponse:
             responses={200: {"content": {"text/html": {}}, "description": "An HTML fragment"},
                        **error_responses(404, 422)})
 def get_page_html(services: ServicesDep, tenant: Tenant, document_id: str, number: int) -> HTMLResponse:
-    """Page `number`'s Markdown as sanitized HTML: tables kept, formulas as MathML, every other tag the recognised
-    text holds shown as text."""
+    """Page `number`'s Markdown as sanitized HTML: tables kept, formulas as MathML, pictures as images of their
+    crops, every other tag the recognised text holds shown as text."""
     with session_scope(services.db) as session:
-        markdown = page_markdown(page_output(owned_page(session, tenant, document_id, number)))
-    return HTMLResponse(markdown_html(markdown))
+        page = owned_page(session, tenant, document_id, number)
+        pictures = picture_links(document_id, [page])
+        markdown = page_markdown(page_output(page), MarkdownOptions(pictures=pictures))
+    return HTMLResponse(markdown_html(markdown, frozenset(pictures.values())))

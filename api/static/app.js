@@ -1,6 +1,7 @@
 // The web page's one script: upload through the public API, poll the document's status, then show every page.
 // Everything a model recognised reaches the DOM as textContent, except each page's HTML, which the server renders
-// from Markdown and sanitizes (GET /v1/documents/{id}/pages/{n}/html).
+// from Markdown and sanitizes (GET /v1/documents/{id}/pages/{n}/html); its images (picture crops) are fetched with
+// the API key, as the page image is, since a plain <img> request would carry none.
 "use strict";
 
 const FINAL = new Set(["succeeded", "partial", "failed", "canceled"]);
@@ -91,7 +92,19 @@ async function fillPage(article, page, path) {
     request(`${path}/html`).then((response) => response.text()),
   ]);
   if (image) drawPage(article.querySelector(".page-figure"), page, URL.createObjectURL(image));
-  article.querySelector(".markdown").innerHTML = html; // sanitized by the server, see the top of this file
+  await showMarkdown(article.querySelector(".markdown"), html);
+}
+
+// A template's content is inert: its images are not requested until they have their blob URLs.
+async function showMarkdown(container, html) {
+  const template = document.createElement("template");
+  template.innerHTML = html; // sanitized by the server, see the top of this file
+  await Promise.all([...template.content.querySelectorAll("img")].map(async (picture) => {
+    const crop = await request(picture.getAttribute("src")).then((response) => response.blob()).catch(() => null);
+    if (crop) picture.src = URL.createObjectURL(crop);
+    else picture.removeAttribute("src");
+  }));
+  container.replaceChildren(template.content);
 }
 
 // Boxes are placed in percent of the page's pixel size, so they stay on their regions at any displayed size.

@@ -16,17 +16,18 @@ from sqlalchemy.orm import selectinload
 
 from pipeline.db.models import Document, Page, shown_options, utcnow
 from pipeline.db.session import session_scope
-from pipeline.documents.assemble import document_json, document_markdown
+from pipeline.documents.assemble import MarkdownOptions, document_json, document_markdown
 from pipeline.documents.process import document_status
 from pipeline.jobs.context import Context
 from pipeline.jobs.events import announce_document
 from pipeline.jobs.handoff import hand_off
 from pipeline.jobs.pages import keep_blobs
-from pipeline.jobs.rows import document_output, page_output
+from pipeline.jobs.rows import document_output, page_output, picture_links
 
 
 def finalize_document(ctx: Context, document_id: str) -> None:
-    """Assemble the Markdown and JSON from the rows, store them, and set the document's final status once."""
+    """Assemble the Markdown and JSON from the rows, store them, and set the document's final status once; pictures
+    link to the crops the API serves, as `quire process` links the crops it saves."""
     with session_scope(ctx.db) as session:
         document = session.scalars(select(Document).where(Document.id == document_id).options(
             selectinload(Document.pages).selectinload(Page.regions))).one_or_none()
@@ -37,7 +38,9 @@ def finalize_document(ctx: Context, document_id: str) -> None:
         finished = utcnow()
         timings = {**document.timings, "total": (finished - document.created_at).total_seconds() * 1000.0}
         output = replace(document_output(document, status), timings_ms=timings)  # written once, with the status
-    results = {"json": _json_bytes(document_json(output)), "markdown": document_markdown(output).encode()}
+        pictures = MarkdownOptions(pictures=picture_links(document_id, document.pages))
+    results = {"json": _json_bytes(document_json(output, pictures)),
+               "markdown": document_markdown(output, pictures).encode()}
     result_key, markdown_key = ctx.blobs.put(results["json"]), ctx.blobs.put(results["markdown"])
     with session_scope(ctx.db) as session:
         keep_blobs(session, ctx, {result_key: results["json"], markdown_key: results["markdown"]})

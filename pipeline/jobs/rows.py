@@ -6,7 +6,9 @@ the service serves come from the same assemble code, over the same values, as `q
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
+from urllib.parse import quote
 
 from pipeline.db.models import Document, Page, Region
 from pipeline.documents.results import DocumentOutput, PageOutput, Problem, RegionOutput
@@ -58,6 +60,19 @@ def document_output(row: Document, status: str) -> DocumentOutput:
     return DocumentOutput(row.filename, status, row.sha256, row.media_type, row.size_bytes,  # type: ignore[arg-type]
                           [page_output(page) for page in row.pages], _problem(row.error_code, row.error_message),
                           row.model, dict(row.timings or {}))
+
+
+def region_image_path(document_id: str, number: int, order: int) -> str:
+    """Where the API serves a region's crop (page `number` from 1, the region's `order` as the JSON has it): the
+    stored Markdown links its pictures here, so the path must not depend on the host a request came through."""
+    return f"/v1/documents/{quote(document_id, safe='')}/pages/{number}/regions/{order}/image"
+
+
+def picture_links(document_id: str, pages: Iterable[Page]) -> dict[tuple[int, int], str]:
+    """MarkdownOptions.pictures for these pages: each picture region with pixels on its page → its crop's path, as
+    `quire process` links the crops it saves."""
+    return {(page.index, region.reading_order): region_image_path(document_id, page.index + 1, region.reading_order)
+            for page in pages for region in page.regions if region.task is None and region.crop_px is not None}
 
 
 def _problem(code: str | None, message: str | None) -> Problem | None:

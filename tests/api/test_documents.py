@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 from datetime import UTC, datetime, timedelta
 
 from fastapi.testclient import TestClient
+from PIL import Image
 from sqlalchemy import Engine, func, select, update
 
 from api.app import create_app
@@ -130,6 +132,23 @@ def test_a_page_image_is_served_once_the_page_is_rendered(client: TestClient, db
     assert_error(client.get(f"/v1/documents/{document_id}/pages/2/image"), 404, "page_not_found")
 
 
+def test_a_regions_crop_is_cut_from_the_page_image_at_its_crop_box(client: TestClient, db: Engine,
+                                                                   blobs: LocalBlobStore) -> None:
+    document_id = upload(client, corpus()).json()["id"]
+    page = Image.radial_gradient("L").resize((80, 100)).convert("RGB")
+    image = io.BytesIO()
+    page.save(image, "PNG")
+    add_page(db, document_id, 0, image_key=blobs.put(image.getvalue()), regions=("succeeded", "succeeded"))
+    with session_scope(db) as session:
+        session.execute(update(Region).where(Region.index == 1).values(crop_px=[4, 8, 40, 30]))
+    response = client.get(f"/v1/documents/{document_id}/pages/1/regions/1/image")
+    assert response.status_code == 200 and response.headers["content-type"] == "image/png"
+    assert Image.open(io.BytesIO(response.content)).tobytes() == page.crop((4, 8, 40, 30)).tobytes()
+    assert_error(client.get(f"/v1/documents/{document_id}/pages/1/regions/0/image"), 404, "region_image_not_found")
+    assert_error(client.get(f"/v1/documents/{document_id}/pages/1/regions/2/image"), 404, "region_not_found")
+    assert_error(client.get(f"/v1/documents/{document_id}/pages/2/regions/1/image"), 404, "page_not_found")
+
+
 def test_the_listing_is_newest_first_in_pages_that_follow_a_cursor(client: TestClient, db: Engine) -> None:
     ids = [upload(client, png(8, 8 + i)).json()["id"] for i in range(5)]
     start = datetime(2025, 1, 1, tzinfo=UTC)
@@ -189,7 +208,7 @@ def test_unknown_ids_and_other_tenants_documents_are_not_found(client: TestClien
     document_id = upload(client, corpus()).json()["id"]
     other = TestClient(create_app(settings, RecordingDispatcher(), tenant="globex"))
     for http, id_ in ((client, "no-such-id"), (other, document_id)):
-        for path in ("", "/result", "/pages/1", "/pages/1/image"):
+        for path in ("", "/result", "/pages/1", "/pages/1/image", "/pages/1/regions/0/image"):
             error = assert_error(http.get(f"/v1/documents/{id_}{path}"), 404, "document_not_found")
             assert id_ in error["message"]
         assert_error(http.delete(f"/v1/documents/{id_}"), 404, "document_not_found")

@@ -7,17 +7,22 @@ token counts, errors and the Markdown.
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any
 
 from pipeline.config import Settings
 from pipeline.documents.assemble import document_json, document_markdown
 from pipeline.documents.layout import layout_backend
+from pipeline.documents.outputs import DocumentWriter
 from pipeline.documents.process import process_document
 from pipeline.documents.recognize import EngineRecognizer
 from pipeline.engine.engine import Engine
 from pipeline.jobs.options import DocumentOptions
 from tests.documents.samples import build_pdf, stream_object
+
+PICTURE = re.compile(r"(!\[(?:[^\]\\]|\\.)*\])\(([^)]*)\)")  # ![alt](target), the alt's brackets escaped
 
 
 def service_settings(cache_dir: Path, model: Path) -> Settings:
@@ -31,6 +36,28 @@ def processed(data: bytes, name: str, settings: Settings, engine: Engine) -> tup
     output = process_document(data, name, EngineRecognizer(engine, settings.max_tokens),
                               layout_backend(options.layout), options.process_options(settings), model=settings.model)
     return document_json(output), document_markdown(output)
+
+
+def written(data: bytes, name: str, settings: Settings, engine: Engine, directory: Path) -> tuple[dict[str, Any], str]:
+    """(JSON, Markdown) as `quire process` writes them into `directory`, picture crops under NAME.pages/ included."""
+    options = DocumentOptions().resolved(settings)
+    writer = DocumentWriter(directory, Path(name).stem, settings.crop_margin_pt)
+    writer.start()
+    output = process_document(data, name, EngineRecognizer(engine, settings.max_tokens), layout_backend(options.layout),
+                              options.process_options(settings), on_page=writer.page, model=settings.model)
+    writer.finish(output)
+    return json.loads(writer.json_path.read_text(encoding="utf-8")), writer.markdown_path.read_text(encoding="utf-8")
+
+
+def picture_targets(markdown: str) -> list[str]:
+    """Where each picture of the Markdown links, in order."""
+    return [match.group(2) for match in PICTURE.finditer(markdown)]
+
+
+def without_picture_targets(markdown: str) -> str:
+    """The Markdown with every picture's link target left out: the service links crops it serves, `quire process`
+    the files it saved."""
+    return PICTURE.sub(r"\1()", markdown)
 
 
 def comparable(result: dict[str, Any]) -> dict[str, Any]:

@@ -6,13 +6,23 @@ from __future__ import annotations
 import asyncio
 import time
 from typing import Any
+from urllib.parse import unquote
 
 import httpx
 from sqlalchemy import create_engine, func, select
 
 from pipeline.db.models import Page, Region
 from tests.documents.samples import ENCRYPTED, build_pdf, stream_object
-from tests.jobs.expected import CORPUS, comparable, pdf_with_an_unrenderable_page, processed, service_settings
+from tests.jobs.expected import (
+    CORPUS,
+    comparable,
+    pdf_with_an_unrenderable_page,
+    picture_targets,
+    processed,
+    service_settings,
+    without_picture_targets,
+    written,
+)
 from tests.service.conftest import Service
 
 FOUR_PAGES = (CORPUS / "pdflatex-4-pages.pdf").read_bytes()
@@ -66,6 +76,25 @@ def test_a_scan_says_it_was_laid_out_as_one_page_region_and_why_as_quire_process
     page = httpx.get(f"{service.url}/v1/documents/{document['id']}/pages/1", headers=service.headers(),
                      timeout=10).json()
     assert (page["layout"], page["layout_reason"]) == ("page", "no text layer")
+
+
+def test_a_picture_links_to_its_served_crop_where_quire_process_links_the_crop_file_it_saves(
+        service, tiny_checkpoint, engine_host, tmp_path):
+    data = (CORPUS / "pdflatex-image.pdf").read_bytes()
+    document = upload(service, data, "picture.pdf")
+    assert wait_until_final(service, document["id"])["status"] == "succeeded", service.tail()
+    _, expected = written(data, "picture.pdf", service_settings(tmp_path, tiny_checkpoint), engine_host.engine,
+                          tmp_path / "out")
+    markdown = result(service, document["id"], "markdown").text
+    assert without_picture_targets(markdown) == without_picture_targets(expected)
+    links, files = picture_targets(markdown), picture_targets(expected)
+    assert len(links) == len(files) == 1 and links[0].startswith(f"/v1/documents/{document['id']}/pages/1/regions/")
+    crop = httpx.get(f"{service.url}{links[0]}", headers=service.headers(), timeout=10)
+    assert crop.headers["content-type"] == "image/png"
+    assert crop.content == (tmp_path / "out" / unquote(files[0])).read_bytes()
+    html = httpx.get(f"{service.url}/v1/documents/{document['id']}/pages/1/html", headers=service.headers(),
+                     timeout=10).text
+    assert f'<img src="{links[0]}" alt="image">' in html
 
 
 def test_an_encrypted_pdf_fails_with_encrypted(service):

@@ -48,6 +48,13 @@ def test_links_keep_safe_schemes_only_and_images_are_not_fetched() -> None:
     assert 'href="javascript' not in html and "<img" not in html
 
 
+def test_an_image_shows_only_where_it_is_one_of_the_picture_crops_named() -> None:
+    crop = "/v1/documents/d1/pages/1/regions/2/image"
+    html = markdown_html(f'![axis \\[m\\] "x"]({crop})\n\n![pixel](https://tracker.test/p.png)', {crop})
+    assert f'<img src="{crop}" alt="axis [m] &quot;x&quot;">' in html
+    assert html.count("<img") == 1 and "<p>pixel</p>" in html
+
+
 def test_formulas_become_mathml() -> None:
     html = markdown_html("Inline $x^2$ here.\n\n$$\n\\frac{a}{b} \\tag{3.1}\n$$")
     assert '<span class="math inline"><math display="inline">' in html and "<msup><mi>x</mi><mn>2</mn></msup>" in html

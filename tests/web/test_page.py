@@ -1,6 +1,6 @@
 """The web page in a real browser (Debian's headless Chromium, driven by Selenium) against `quire serve`: upload
 a PDF through the file input, watch the progress reach the end, then see every page's image with its region boxes
-beside its recognised text. The screenshot is kept for a person to look at; its path is printed.
+beside its recognised text, its pictures included. The screenshot is kept for a person to look at; its path is printed.
 
 The service runs embedded on the tiny checkpoint, with the PDF's own text for its text regions
 (QUIRE_TEXT_LAYER=auto), so the text beside each page is the page's real text rather than the tiny model's noise,
@@ -26,6 +26,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from tests.service.conftest import Service, free_port, quire_env, start, wait_for_health
 
 PDF = Path(__file__).resolve().parents[1] / "fixtures" / "corpus" / "pdflatex-4-pages.pdf"
+PICTURE_PDF = PDF.with_name("pdflatex-image.pdf")
 SCREENSHOT = Path(tempfile.gettempdir()) / "quire-web-page.png"
 # Every status the page shows, in order: progress was shown on the way, not only the end.
 SEEN_STATUSES = """
@@ -119,6 +120,21 @@ def test_upload_progress_and_pages_with_their_boxes_and_text(browser: WebDriver,
     SCREENSHOT.write_bytes(_full_page_screenshot(browser, tmp_path / "page.png").read_bytes())
     with capsys.disabled():
         print(f"\nweb page screenshot: {SCREENSHOT}")
+
+
+def test_a_picture_shows_in_the_text_as_its_crop_fetched_with_the_key(browser: WebDriver, service: Service,
+                                                                      api_key: str) -> None:
+    browser.get(f"{service.url}/")
+    browser.execute_script("sessionStorage.setItem('quire.apiKey', arguments[0])", api_key)
+    browser.find_element(By.ID, "file").send_keys(str(PICTURE_PDF))
+    browser.find_element(By.ID, "submit").click()
+    WebDriverWait(browser, 120).until(
+        lambda b: b.find_element(By.ID, "pages").get_attribute("data-complete")
+        or b.find_element(By.ID, "status").get_attribute("data-status") == "error",
+        f"the page did not finish\n{service.tail()}")
+    picture = browser.find_element(By.CSS_SELECTOR, "#pages .page .markdown img")
+    assert picture.get_attribute("src").startswith("blob:") and picture.is_displayed()
+    assert browser.execute_script("return arguments[0].complete && arguments[0].naturalWidth", picture) > 0
 
 
 def _inside(box: dict[str, float], image: dict[str, float]) -> bool:
