@@ -234,11 +234,15 @@ def _in_a_thread(work):
 
 
 def test_threads_are_one_per_allowed_core_each_worker_bound_to_its_own(kernel, restore_threads):
+    def bind_and_read_masks() -> list[tuple[int, set[int]]]:
+        """Each bound worker's CPU and mask, read while the team lives (it ends with the thread that started it)."""
+        return [(cpu, os.sched_getaffinity(tid)) for tid, cpu in cpu_kernels.configure_cpu_threads()]
+
     cores = cpu_kernels.allowed_cores()
-    bound, own, threads = _in_a_thread(cpu_kernels.configure_cpu_threads)
+    masks, own, threads = _in_a_thread(bind_and_read_masks)
     assert threads == len(cores)
-    assert [cpu for _, cpu in bound] == cores[1:]
-    assert all(os.sched_getaffinity(tid) == {cpu} for tid, cpu in bound)
+    assert [cpu for cpu, _ in masks] == cores[1:]
+    assert all(mask == {cpu} for cpu, mask in masks)
     assert own == os.sched_getaffinity(0), "the calling thread stays free: threads it starts inherit its mask"
 
 
