@@ -37,7 +37,7 @@ def enabled() -> bool:
 
 
 @functools.cache
-def paged_decode_module() -> ModuleType | None:
+def extension_module() -> ModuleType | None:
     """The compiled CPU extension (paged decode, thread binding), or None when it is disabled or cannot be built."""
     if not enabled():
         return None
@@ -155,7 +155,7 @@ def configure_cpu_threads(threads: int | None = None) -> list[tuple[int, int]]:
     cores = allowed_cores()
     count = threads or omp_num_threads() or len(cores)
     torch.set_num_threads(count)
-    module = paged_decode_module()
+    module = extension_module()
     if module is None or count > len(cores):
         return []
     own = os.sched_getaffinity(0)

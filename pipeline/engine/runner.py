@@ -17,7 +17,7 @@ import torch
 
 from . import step_batch
 from .attention import Chunk, FusedPagedAttention, PagedAttention, PagedKVCache, VarlenAttention
-from .cpu_kernels import paged_decode_module
+from .cpu_kernels import extension_module
 from .cuda_graphs import DecodeGraphs
 from .encoder_cache import EncoderCache
 from .model.paddleocr_vl import PaddleOCRVL, SplitAttention
@@ -44,7 +44,7 @@ class ModelRunner:
         self.encoder_cache = encoder_cache
         self.block_size = cache.block_size
         self.backend = resolve_backend(backend, model.device)
-        self.decode_kernel = paged_decode_module() if self.backend == "torch" and model.device.type == "cpu" else None
+        self.decode_kernel = extension_module() if self.backend == "torch" and model.device.type == "cpu" else None
         self.uploader = Uploader(model.device)
         self.block_q = self._query_block() if self.backend == "triton" else 0
         self.graphs = self._decode_graphs(max_num_seqs) if cuda_graphs else None

@@ -23,7 +23,7 @@ HEADS, KV_HEADS, DIM, BLOCK = 4, 2, 16, 4
 
 @pytest.fixture(scope="module")
 def kernel():
-    module = cpu_kernels.paged_decode_module()
+    module = cpu_kernels.extension_module()
     assert module is not None, "this machine has a compiler and ninja: the kernel must build"
     return module
 
@@ -85,11 +85,11 @@ def test_a_mixed_step_is_the_same_with_and_without_the_kernel(kernel):
 
 def test_the_kernel_can_be_switched_off(monkeypatch):
     monkeypatch.setenv("QUIRE_CPU_KERNELS", "0")
-    cpu_kernels.paged_decode_module.cache_clear()
+    cpu_kernels.extension_module.cache_clear()
     try:
-        assert cpu_kernels.paged_decode_module() is None
+        assert cpu_kernels.extension_module() is None
     finally:
-        cpu_kernels.paged_decode_module.cache_clear()
+        cpu_kernels.extension_module.cache_clear()
 
 
 def _quantized_weight(scheme: Quantization, rows: int, width: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -253,7 +253,7 @@ def test_an_explicit_thread_count_is_kept(monkeypatch, restore_threads):
 
 
 def test_without_the_extension_threads_are_sized_but_not_bound(monkeypatch, restore_threads):
-    monkeypatch.setattr(cpu_kernels, "paged_decode_module", lambda: None)
+    monkeypatch.setattr(cpu_kernels, "extension_module", lambda: None)
     bound, _, threads = _in_a_thread(cpu_kernels.configure_cpu_threads)
     assert bound == [] and threads == len(cpu_kernels.allowed_cores())
 

@@ -15,6 +15,7 @@ so `quire models quantize` and quantizing at load give the same bits.
 from __future__ import annotations
 
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
@@ -142,7 +143,7 @@ def unpack_int4(qweight: torch.Tensor) -> torch.Tensor:
     return torch.stack([qweight >> 4, qweight & 15], dim=-1).reshape(qweight.shape[0], -1)
 
 
-class QuantizedLinear(nn.Module):
+class QuantizedLinear(nn.Module, ABC):
     """A bias-free linear holding its weight as integers plus bf16 scales; it returns the model dtype.
 
     The loader fills the stored tensors row range by row range (`fill`), then `finish` puts them in the layout the
@@ -188,24 +189,26 @@ class QuantizedLinear(nn.Module):
             out = self._kernel(rows.to(KERNEL_DTYPE))
         return out.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
 
+    @abstractmethod
     def _kernel(self, x: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """torch's int kernel for this scheme, on activations in KERNEL_DTYPE."""
 
+    @abstractmethod
     def _panel_kernel(self, x: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """The CPU extension's kernel, on fp32 activations."""
 
+    @abstractmethod
     def dequantize(self) -> torch.Tensor:
         """The float weight (N, K) the quantized one stands for, in the model dtype."""
-        raise NotImplementedError
 
 
 def panel_extension(device: torch.device) -> ModuleType | None:
     """The engine's CPU extension for a CPU weight, None elsewhere or where it is disabled or cannot build."""
     if device.type != "cpu":
         return None
-    from ..cpu_kernels import paged_decode_module  # imported late: cpu_kernels imports the model package
+    from ..cpu_kernels import extension_module  # imported late: cpu_kernels imports the model package
 
-    return paged_decode_module()
+    return extension_module()
 
 
 def to_panels(rows: torch.Tensor) -> torch.Tensor:
