@@ -20,7 +20,7 @@ def _requests() -> list[tuple[list[dict], int]]:
 
 
 def test_the_triton_backend_equals_transformers_under_preemption_and_chunking(tiny_checkpoint):
-    engine = Engine.from_pretrained(tiny_checkpoint, attention="triton", block_size=4, num_blocks=150,
+    engine = Engine.from_pretrained(tiny_checkpoint, dtype="float32", attention="triton", block_size=4, num_blocks=150,
                                     max_num_batched_tokens=96, max_num_seqs=3)
     assert engine.runner.backend == "triton"
     assert_engine_equals_transformers(engine, tiny_checkpoint, _requests())
@@ -29,7 +29,7 @@ def test_the_triton_backend_equals_transformers_under_preemption_and_chunking(ti
 
 def test_decode_steps_through_the_graphs_padded_static_buffers_equal_transformers(tiny_checkpoint):
     """Three sequences decode in the 4-row bucket: the spare row writes and reads only the scratch block."""
-    engine = Engine.from_pretrained(tiny_checkpoint, attention="triton", max_num_seqs=4)
+    engine = Engine.from_pretrained(tiny_checkpoint, dtype="float32", attention="triton", max_num_seqs=4)
     engine.runner.graphs = DecodeGraphs(engine.model, engine.cache, 4)  # never captured
     requests = [([{"role": "user", "content": f"Question {i}: what is on page {i}?"}], 6 + i) for i in range(3)]
     assert_engine_equals_transformers(engine, tiny_checkpoint, requests)

@@ -20,7 +20,7 @@ MESSAGES = user_turn("OCR:", [random_image(90, 70, seed=9)])
 
 
 def _logits(directory: Path) -> torch.Tensor:
-    return _our_logits(Engine.from_pretrained(directory), MESSAGES)
+    return _our_logits(Engine.from_pretrained(directory, dtype="float32"), MESSAGES)
 
 
 def test_hub_and_transformers_layouts_load_to_identical_logits(checkpoint_factory):

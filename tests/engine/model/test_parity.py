@@ -48,7 +48,7 @@ def _doubled(part):
 
 @pytest.fixture(scope="module")
 def engine(tiny_checkpoint) -> Engine:
-    return Engine.from_pretrained(tiny_checkpoint)
+    return Engine.from_pretrained(tiny_checkpoint, dtype="float32")
 
 
 @torch.inference_mode()

@@ -18,7 +18,7 @@ GREEDY_TOKENS = 8
 @pytest.fixture(scope="module", params=VERSIONS)
 def versioned(request, checkpoint_factory):
     directory = checkpoint_factory(TinySpec(version=request.param))
-    engine = Engine.from_pretrained(directory)
+    engine = Engine.from_pretrained(directory, dtype="float32")
     yield request.param, directory, engine
     engine.close()
 
