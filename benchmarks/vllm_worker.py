@@ -41,7 +41,7 @@ def run_round(llm, prompt: str, jobs: list[dict]) -> dict:
     outputs = llm.generate(inputs, params, use_tqdm=False)
     elapsed = time.perf_counter() - started
     tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
-    return {"tok_s": tokens / elapsed, "tokens": tokens}
+    return {"tok_s": tokens / elapsed, "tokens": tokens, "prompt_tokens": sum(len(o.prompt_token_ids) for o in outputs)}
 
 
 def main(spec_path: str) -> None:
