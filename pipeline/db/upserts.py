@@ -70,8 +70,8 @@ class CropKey(NamedTuple):
 
 
 def remember_recognitions(session: Session, results: Sequence[tuple[CropKey, dict[str, Any]]]) -> None:
-    """Cache crops' results (every result with the same fields) in one statement; per crop the first writer wins,
-    because every writer computed the same greedy output."""
+    """Cache crops' content, each as its columns (asdict of a RegionContent, pipeline/documents/results.py), in one
+    statement; per crop the first writer wins, because every writer computed the same greedy output."""
     if not results:
         return
     now = utcnow()
@@ -86,8 +86,8 @@ def _cache_insert(dialect: str) -> Any:
 
 
 def recall_recognitions(session: Session, keys: Sequence[CropKey]) -> list[RecognitionCache | None]:
-    """The cached result for each crop under its tenant, model revision and task (None where none was stored), in
-    one query."""
+    """The cached row for each crop under its tenant, model revision and task (None where none was stored), in one
+    query; jobs/rows.py's from_columns reads its content back."""
     if not keys:
         return []
     columns = tuple_(*(getattr(RecognitionCache, name) for name in CropKey._fields))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +55,8 @@ def page_markdown(page: PageOutput, options: MarkdownOptions | None = None) -> s
     for region in page.regions:
         if region.label in options.exclude or region.error is not None:
             continue
-        if region.label == "formula_number" and last_formula is not None and region.text:
-            blocks[last_formula] = _display_formula(_formula_of(blocks[last_formula]), _tag(region.text))
+        if region.label == "formula_number" and last_formula is not None and region.content.text:
+            blocks[last_formula] = _display_formula(_formula_of(blocks[last_formula]), _tag(region.content.text))
             last_formula = None
             continue
         block = _block(page.index, region, options)
@@ -70,13 +70,14 @@ def page_markdown(page: PageOutput, options: MarkdownOptions | None = None) -> s
 def _block(page_index: int, region: RegionOutput, options: MarkdownOptions) -> str:
     if region.task is None:
         return _picture(region, options.pictures.get((page_index, region.order)))
-    if region.html is not None:
-        return region.html
-    if region.latex is not None:
-        if not region.latex:
+    content = region.content
+    if content.html is not None:
+        return content.html
+    if content.latex is not None:
+        if not content.latex:
             return ""
-        return f"${region.latex}$" if region.label == "inline_formula" else _display_formula(region.latex)
-    text = (region.text or "").strip()
+        return f"${content.latex}$" if region.label == "inline_formula" else _display_formula(content.latex)
+    text = (content.text or "").strip()
     if not text:
         return ""
     if region.label == "doc_title":
@@ -89,7 +90,7 @@ def _block(page_index: int, region: RegionOutput, options: MarkdownOptions) -> s
 def _picture(region: RegionOutput, link: str | None) -> str:
     """A link to the picture's crop, or a comment where none was saved; the words printed on it (a chart's labels)
     are its alt text, where a reader and a search find them without their breaking into the flow of the text."""
-    words = " ".join((region.text or "").split())
+    words = " ".join((region.content.text or "").split())
     if link:
         alt = _ALT_SPECIAL.sub(r"\\\g<0>", words) if words else region.label
         return f"![{alt}]({link})"
@@ -159,7 +160,7 @@ def page_json(page: PageOutput, options: MarkdownOptions | None) -> dict[str, An
 
 
 def _region_json(region: RegionOutput) -> dict[str, Any]:
-    used_model = region.source == "model"
+    used_model, usage = region.source == "model", region.usage
     return {
         "order": region.order,
         "label": region.label,
@@ -169,14 +170,10 @@ def _region_json(region: RegionOutput) -> dict[str, Any]:
         "task": region.task,
         "status": region.status,
         "source": region.source,
-        "text": region.text,
-        "html": region.html,
-        "latex": region.latex,
-        "finish_reason": region.finish_reason,
-        "truncated": region.truncated,
-        "tokens": {"prompt": region.prompt_tokens, "generated": region.generated_tokens,
-                   "cached": region.cached_tokens} if used_model else None,
-        "timings_ms": {"ttft": round(region.ttft_ms or 0.0, 1), "decode": round(region.decode_ms or 0.0, 1)}
+        **asdict(region.content),
+        "tokens": {"prompt": usage.prompt_tokens, "generated": usage.generated_tokens,
+                   "cached": usage.cached_tokens} if used_model else None,
+        "timings_ms": {"ttft": round(usage.ttft_ms or 0.0, 1), "decode": round(usage.decode_ms or 0.0, 1)}
         if used_model else None,
         "error": _problem(region.error),
     }

@@ -7,9 +7,8 @@ as OTSL tags. Each fix here is small and never raises, so a strange output degra
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from pipeline.documents.otsl import otsl_to_html
+from pipeline.documents.results import RegionContent
 
 # (copies, characters) a repeated tail needs to count as a runaway: after a decode that ended by itself, and
 # after one that was cut off (by the engine's repetition guard or max_tokens), which already hints at a loop.
@@ -22,28 +21,19 @@ _CUT_OFF = frozenset({"repetition", "length"})
 _DELIMITERS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
 
 
-@dataclass(frozen=True)
-class Content:
-    """A region's content: `text` always (plain or the source markup), `html` for tables, `latex` for formulas."""
-
-    text: str
-    html: str | None = None
-    latex: str | None = None
-    truncated: bool = False
-
-
-def postprocess(task: str, text: str, finish_reason: str = "stop") -> Content:
-    """Clean one region's output for its task (`ocr`, `table`, `formula`, `chart`, `seal`)."""
+def postprocess(task: str, text: str, finish_reason: str = "stop") -> RegionContent:
+    """Clean one region's output for its task (`ocr`, `table`, `formula`, `chart`, `seal`): `text` always (plain or
+    the source markup), `html` for tables, `latex` for formulas."""
     cut_off = finish_reason in _CUT_OFF
     if task == "table" and not cut_off:  # identical empty rows at a table's end are real, not a loop
-        return Content(text, html=otsl_to_html(text))
+        return RegionContent(text, html=otsl_to_html(text), finish_reason=finish_reason)
     text, truncated = truncate_repetition(text, cut_off)
     if task == "table":
-        return Content(text, html=otsl_to_html(text), truncated=truncated)
+        return RegionContent(text, html=otsl_to_html(text), finish_reason=finish_reason, truncated=truncated)
     if task == "formula":
         latex = normalize_formula(text)
-        return Content(latex, latex=latex, truncated=truncated)
-    return Content(text, truncated=truncated)
+        return RegionContent(latex, latex=latex, finish_reason=finish_reason, truncated=truncated)
+    return RegionContent(text, finish_reason=finish_reason, truncated=truncated)
 
 
 def truncate_repetition(text: str, cut_off: bool = False) -> tuple[str, bool]:

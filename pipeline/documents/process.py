@@ -30,7 +30,14 @@ from pipeline.documents.postprocess import postprocess
 from pipeline.documents.recognize import Recognition, RecognitionTask, Recognizer
 from pipeline.documents.regions import PreparedRegion, RegionOptions, crop, prepare_regions
 from pipeline.documents.render import RenderedPage, render_page_result
-from pipeline.documents.results import DocumentOutcome, DocumentOutput, PageOutput, Problem, RegionOutput
+from pipeline.documents.results import (
+    DocumentOutcome,
+    DocumentOutput,
+    PageOutput,
+    Problem,
+    RegionContent,
+    RegionOutput,
+)
 
 
 @dataclass(frozen=True)
@@ -282,26 +289,22 @@ def _region_output(page: RenderedPage, item: PreparedRegion, recognition: Recogn
     base = RegionOutput(region.order, region.label, region.score, region.bbox, page.to_points(region.bbox),
                         item.task, "none")
     if item.task is None:
-        return replace(base, source="text-layer", text=item.text) if item.text is not None else base
+        return replace(base, source="text-layer", content=RegionContent(item.text)) if item.text is not None else base
     if item.crop_box is None:
         return replace(base, error=Problem("empty_region", f"box {region.bbox} lies outside the page or has no area"))
     if item.text is not None:
-        return replace(base, source="text-layer", text=item.text)
+        return replace(base, source="text-layer", content=RegionContent(item.text))
     return recognized_region(base, recognition)
 
 
 def recognized_region(base: RegionOutput, recognition: Recognition | None) -> RegionOutput:
     """base (a region sent to the model, without content yet) with the recognition's content, or its error."""
-    if recognition is None or recognition.error is not None:
-        problem = Problem(recognition.error, recognition.message or recognition.error) if recognition \
-            else Problem("recognition_failed", "the region was not recognised")
-        return replace(base, source="none", error=problem, skipped=recognition is not None and recognition.skipped)
+    if recognition is None:
+        return replace(base, source="none", error=Problem("recognition_failed", "the region was not recognised"))
+    if recognition.error is not None:
+        return replace(base, source="none", error=recognition.error, skipped=recognition.skipped)
     content = postprocess(base.task or "ocr", recognition.text, recognition.finish_reason)
-    return replace(base, source="model", text=content.text, html=content.html, latex=content.latex,
-                   finish_reason=recognition.finish_reason, truncated=content.truncated,
-                   prompt_tokens=recognition.prompt_tokens, generated_tokens=recognition.generated_tokens,
-                   cached_tokens=recognition.cached_tokens, ttft_ms=recognition.ttft_ms,
-                   decode_ms=recognition.decode_ms)
+    return replace(base, source="model", content=content, usage=recognition.usage)
 
 
 def _failed_page(source: SourcePage, page: RenderedPage, layout: str, problem: Problem,

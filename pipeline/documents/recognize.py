@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from PIL import Image
 
+from pipeline.documents.results import Problem, Usage
 from pipeline.engine.processor import TASK_PROMPTS, ImageError
 from pipeline.engine.request import EngineError, Output, Request
 
@@ -36,26 +37,25 @@ class RecognitionTask:
 
 @dataclass(frozen=True)
 class Recognition:
-    """The raw output for one region, or the error code that stopped it (`error` is None on success)."""
+    """The raw output for one region, or the problem that stopped it (`error` is None on success).
+
+    `text` is the model's output before postprocess cleans it for the region's task; `usage` and `error` go into
+    the region's output as they are.
+    """
 
     text: str = ""
     finish_reason: str = "error"
-    prompt_tokens: int = 0
-    generated_tokens: int = 0
-    cached_tokens: int = 0
-    ttft_ms: float = 0.0  # submission to first token: queueing and prefill together
-    decode_ms: float = 0.0  # first token to last
-    error: str | None = None
-    message: str | None = None
-    skipped: bool = False  # not attempted: there is no model to recognise with (`error` and `message` say why)
+    usage: Usage = Usage()
+    error: Problem | None = None
+    skipped: bool = False  # not attempted: there is no model to recognise with (`error` says why)
 
     @classmethod
     def failed(cls, code: str, message: str) -> Recognition:
-        return cls(error=code, message=message)
+        return cls(error=Problem(code, message or code))
 
     @classmethod
     def skip(cls, code: str, message: str) -> Recognition:
-        return cls(error=code, message=message, skipped=True)
+        return cls(error=Problem(code, message or code), skipped=True)
 
 
 class Recognizer(Protocol):
@@ -117,7 +117,7 @@ def _recognition(done: Future[Output]) -> Recognition:
     if exc is not None:  # the engine failed the step this request was in; its siblings on other steps go on
         return Recognition.failed("recognition_failed", f"{type(exc).__name__}: {exc}")
     out = done.result()
-    return Recognition(
-        text=out.text, finish_reason=out.finish_reason, prompt_tokens=out.prompt_tokens,
-        generated_tokens=out.generated_tokens, cached_tokens=out.cached_tokens, ttft_ms=out.ttft_s * 1000.0,
-        decode_ms=out.tpot_s * max(0, out.generated_tokens - 1) * 1000.0)
+    usage = Usage(prompt_tokens=out.prompt_tokens, generated_tokens=out.generated_tokens,
+                  cached_tokens=out.cached_tokens, ttft_ms=out.ttft_s * 1000.0,
+                  decode_ms=out.tpot_s * max(0, out.generated_tokens - 1) * 1000.0)
+    return Recognition(out.text, out.finish_reason, usage)

@@ -1,6 +1,8 @@
 """What processing a document produces: per region, per page and per document, before it is written anywhere.
 
-These mirror result.schema.json one to one (assemble.document_json writes them out); keep the two in step.
+These mirror result.schema.json field for field (assemble.document_json writes them out); keep the two in step.
+A region's result is two small records, each defined once here and carried whole from the recognizer to the
+database: its content (what the recognition cache keeps) and its usage (what the engine spent on it).
 """
 
 from __future__ import annotations
@@ -27,6 +29,35 @@ class Problem:
 
 
 @dataclass(frozen=True)
+class RegionContent:
+    """What a region says: the model's output cleaned for the region's task (postprocess), or the PDF's text layer.
+
+    It is all that the recognition cache keeps of a crop, so a hit gives a region what a fresh recognition would.
+    The database holds it in columns of the same names (regions, recognition_cache) and the JSON in keys of the same
+    names: asdict() writes them and jobs/rows.py's from_columns reads the columns back, so a field added here needs
+    only its columns and its place in result.schema.json besides.
+    """
+
+    text: str | None = None
+    html: str | None = None
+    latex: str | None = None
+    finish_reason: str | None = None
+    truncated: bool = False
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What recognising a region took (zero tokens and no timings where the model did not run); stored like
+    RegionContent, in the region row's columns of the same names."""
+
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    cached_tokens: int = 0
+    ttft_ms: float | None = None  # submission to first token: queueing and prefill together
+    decode_ms: float | None = None  # first token to last
+
+
+@dataclass(frozen=True)
 class RegionOutput:
     order: int
     label: str
@@ -35,16 +66,8 @@ class RegionOutput:
     bbox_pt: BBox
     task: str | None
     source: RegionSource
-    text: str | None = None
-    html: str | None = None
-    latex: str | None = None
-    finish_reason: str | None = None
-    truncated: bool = False
-    prompt_tokens: int = 0
-    generated_tokens: int = 0
-    cached_tokens: int = 0
-    ttft_ms: float | None = None
-    decode_ms: float | None = None
+    content: RegionContent = RegionContent()
+    usage: Usage = Usage()
     error: Problem | None = None
     skipped: bool = False  # needed the model and there was none: `error` says why, and it is no failure
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from concurrent.futures import Future, wait
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 from PIL import Image
 from sqlalchemy import select
@@ -19,11 +19,11 @@ from pipeline.db.session import session_scope
 from pipeline.db.upserts import CropKey, recall_recognitions, remember_recognitions, upsert_regions
 from pipeline.documents.process import page_problem, recognized_region
 from pipeline.documents.recognize import Recognition, RecognitionTask, Recognizer
-from pipeline.documents.results import RegionOutput
+from pipeline.documents.results import RegionContent, RegionOutput
 from pipeline.jobs.context import Context
 from pipeline.jobs.handoff import hand_off
 from pipeline.jobs.pages import OPEN_PAGE, finish_page, wanted
-from pipeline.jobs.rows import region_output, region_row
+from pipeline.jobs.rows import from_columns, region_output, region_row
 
 CANCEL_POLL_S = 0.5  # how often a recognize task waiting on the engine looks for a cancel
 
@@ -54,8 +54,7 @@ def recognize_page(ctx: Context, page_id: int) -> None:
         if document is None:
             return
         upsert_regions(session, rows)
-        remember_recognitions(session, [(key, {"text": output.text, "html": output.html, "latex": output.latex,
-                                               "finish_reason": output.finish_reason, "truncated": output.truncated})
+        remember_recognitions(session, [(key, asdict(output.content))
                                         for key, output in zip(keys, outputs, strict=True) if output.source == "model"])
         document.model = ctx.recognition.model
         regions = [region_output(region) for region in session.get_one(Page, page_id).regions]
@@ -93,8 +92,7 @@ def _recognize(ctx: Context, tenant: str, crops: list[Image.Image], keys: list[C
         if hit is None:
             outputs.append(recognized_region(base, futures[i].result()))
         else:
-            outputs.append(replace(base, source="cache", text=hit.text, html=hit.html, latex=hit.latex,
-                                   finish_reason=hit.finish_reason, truncated=hit.truncated))
+            outputs.append(replace(base, source="cache", content=from_columns(RegionContent, hit)))
     return outputs
 
 

@@ -7,11 +7,14 @@ the service serves come from the same assemble code, over the same values, as `q
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import asdict, fields
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 from pipeline.db.models import Document, Page, Region
-from pipeline.documents.results import DocumentOutput, PageOutput, Problem, RegionOutput
+from pipeline.documents.results import DocumentOutput, PageOutput, Problem, RegionContent, RegionOutput, Usage
+
+Record = TypeVar("Record", RegionContent, Usage)
 
 
 def region_row(output: RegionOutput, page_id: int, index: int, crop_px: tuple[int, int, int, int] | None,
@@ -26,10 +29,7 @@ def region_row(output: RegionOutput, page_id: int, index: int, crop_px: tuple[in
         "page_id": page_id, "index": index, "reading_order": output.order, "label": output.label,
         "score": output.score, "bbox_px": list(output.bbox_px), "bbox_pt": list(output.bbox_pt),
         "crop_px": list(crop_px) if crop_px is not None else None, "task": output.task, "status": status,
-        "source": None if pending else output.source, "text": output.text, "html": output.html,
-        "latex": output.latex, "finish_reason": output.finish_reason, "truncated": output.truncated,
-        "prompt_tokens": output.prompt_tokens, "generated_tokens": output.generated_tokens,
-        "cached_tokens": output.cached_tokens, "ttft_ms": output.ttft_ms, "decode_ms": output.decode_ms,
+        "source": None if pending else output.source, **asdict(output.content), **asdict(output.usage),
         "error_code": output.error.code if output.error else None,
         "error_message": output.error.message if output.error else None,
     }
@@ -39,11 +39,17 @@ def region_output(row: Region) -> RegionOutput:
     """A region row as the pipeline's output; a pending one reads as not (yet) recognised."""
     return RegionOutput(
         order=row.reading_order, label=row.label, score=row.score or 0.0, bbox_px=tuple(row.bbox_px),
-        bbox_pt=tuple(row.bbox_pt), task=row.task, source=row.source or "none", text=row.text, html=row.html,
-        latex=row.latex, finish_reason=row.finish_reason, truncated=row.truncated,
-        prompt_tokens=row.prompt_tokens or 0, generated_tokens=row.generated_tokens or 0,
-        cached_tokens=row.cached_tokens or 0, ttft_ms=row.ttft_ms, decode_ms=row.decode_ms,
+        bbox_pt=tuple(row.bbox_pt), task=row.task, source=row.source or "none",
+        content=from_columns(RegionContent, row), usage=from_columns(Usage, row),
         error=_problem(row.error_code, row.error_message))
+
+
+def from_columns(record: type[Record], row: object) -> Record:
+    """The record kept in a row's columns of the same names (a Region row, or a RecognitionCache row's content):
+    records go in as asdict(record), so this one reading covers every field. A NULL column reads as the field's
+    default, so a row written without usage counts no tokens."""
+    values = {field.name: getattr(row, field.name) for field in fields(record)}
+    return record(**{name: value for name, value in values.items() if value is not None})
 
 
 def page_output(row: Page) -> PageOutput:

@@ -16,16 +16,18 @@ from pipeline.documents.assemble import (
     load_schema,
     page_markdown,
 )
-from pipeline.documents.results import DocumentOutput, PageOutput, Problem, RegionOutput
+from pipeline.documents.results import DocumentOutput, PageOutput, Problem, RegionContent, RegionOutput
 
 SHA = "0" * 64
 
 
-def region(order: int, label: str, text: str | None = None, **fields) -> RegionOutput:
+def region(order: int, label: str, text: str | None = None, html: str | None = None, latex: str | None = None,
+           **fields) -> RegionOutput:
     task = fields.pop("task", "ocr")
     source = fields.pop("source", "model" if task else "none")
     return RegionOutput(order, label, 0.9, (10.0, 10.0 + order, 100.0, 20.0 + order),
-                        (5.0, 5.0 + order, 50.0, 10.0 + order), task, source, text, **fields)
+                        (5.0, 5.0 + order, 50.0, 10.0 + order), task, source, RegionContent(text, html, latex),
+                        **fields)
 
 
 def page(regions: list[RegionOutput], index: int = 0) -> PageOutput:

@@ -211,11 +211,11 @@ def test_a_chart_is_a_picture_with_its_words_unless_charts_are_recognised():
     result = process_document(vector_plot(), "plot.pdf", silent, PdfLayout(), ProcessOptions(Limits(dpi=DPI)))
     chart = result.pages[0].regions[1]
     assert (chart.label, chart.task, chart.source) == ("chart", None, "text-layer")
-    assert "Messung A" in chart.text and silent.tasks == []
+    assert "Messung A" in chart.content.text and silent.tasks == []
     charts_on = ProcessOptions(Limits(dpi=DPI), RegionOptions(recognize_charts=True))
     recognizer = Answers({"chart": "Zeit | Messung A"})
     chart = process_document(vector_plot(), "plot.pdf", recognizer, PdfLayout(), charts_on).pages[0].regions[1]
-    assert (chart.task, chart.source, chart.text) == ("chart", "model", "Zeit | Messung A")
+    assert (chart.task, chart.source, chart.content.text) == ("chart", "model", "Zeit | Messung A")
 
 
 def test_xy_cut_reads_columns_even_when_their_gaps_line_up():

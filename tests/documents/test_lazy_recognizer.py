@@ -11,6 +11,7 @@ from pipeline.documents.layout_page import PageLayout
 from pipeline.documents.lazy_recognizer import LazyRecognizer, ModelUnavailable
 from pipeline.documents.process import ProcessOptions, process_document
 from pipeline.documents.recognize import Recognition, RecognitionTask
+from pipeline.documents.results import Problem
 from tests.documents.samples import corpus_bytes
 
 TASK = RecognitionTask(Image.new("RGB", (8, 8)), "ocr")
@@ -55,5 +56,5 @@ def test_without_a_model_every_region_is_skipped_with_the_reason_and_loading_is_
     loads: list[int] = []
     recognizer = LazyRecognizer(counting_loader(loads, ModelUnavailable("model_unavailable", "not here")))
     results = [recognizer.submit(TASK).result() for _ in range(2)]
-    assert [(r.skipped, r.error, r.message) for r in results] == [(True, "model_unavailable", "not here")] * 2
+    assert [(r.skipped, r.error) for r in results] == [(True, Problem("model_unavailable", "not here"))] * 2
     assert loads == [1] and recognizer.unavailable.code == "model_unavailable"

@@ -24,6 +24,7 @@ from pipeline.documents.process import ProcessOptions, expand_inputs, process_do
 from pipeline.documents.recognize import EngineRecognizer, Recognition, RecognitionTask
 from pipeline.documents.regions import RegionOptions
 from pipeline.documents.render import RenderedPage
+from pipeline.documents.results import RegionContent, Usage
 from tests.documents.samples import ENCRYPTED, ENCRYPTED_PASSWORD, corpus_bytes, png_header, tiff_pages
 
 ANSWERS = {"ocr": "words", "table": "<fcel>a<fcel>b<nl>", "formula": "$$x^2$$"}
@@ -69,7 +70,7 @@ class Scripted:
             pending, self.pending = self.pending, []
         for future, task in zip(pending, self.tasks[len(self.tasks) - len(pending):], strict=True):
             future.set_result(Recognition.failed("timeout", "held back") if timed_out else
-                              Recognition(ANSWERS[task.task], "stop", prompt_tokens=10, generated_tokens=3))
+                              Recognition(ANSWERS[task.task], "stop", Usage(prompt_tokens=10, generated_tokens=3)))
         self.timer.cancel()
 
 
@@ -84,11 +85,12 @@ def test_all_regions_of_all_pages_are_in_flight_together():
 def test_each_region_gets_its_content_source_and_both_boxes():
     result = process_document(corpus_bytes("minimal-document.pdf"), "m.pdf", Scripted(), Article(), NO_TEXT_LAYER)
     title, text, table, formula, image, number, outside = result.pages[0].regions
-    assert (title.text, title.source, title.prompt_tokens, title.generated_tokens) == ("words", "model", 10, 3)
-    assert table.html == "<table><tr><td>a</td><td>b</td></tr></table>"
-    assert formula.latex == "x^2"
-    assert (image.task, image.source, image.text) == (None, "none", None)
-    assert number.text == "words"  # recognised and kept in the JSON; only the Markdown leaves it out
+    assert (title.content, title.source, title.usage) == (RegionContent("words", finish_reason="stop"), "model",
+                                                          Usage(prompt_tokens=10, generated_tokens=3))
+    assert table.content.html == "<table><tr><td>a</td><td>b</td></tr></table>"
+    assert formula.content.latex == "x^2"
+    assert (image.task, image.source, image.content) == (None, "none", RegionContent())
+    assert number.content.text == "words"  # recognised and kept in the JSON; only the Markdown leaves it out
     assert outside.error.code == "empty_region"
     page = result.pages[0]
     assert title.bbox_pt == pytest.approx(tuple(v * 72 / page.dpi for v in title.bbox_px), abs=0.6)
@@ -100,7 +102,7 @@ def test_born_digital_text_comes_from_the_text_layer_without_the_model():
     result = process_document(corpus_bytes("pdflatex-4-pages.pdf"), "p.pdf", recognizer, PageLayout(), options)
     assert {region.source for page in result.pages for region in page.regions} == {"text-layer"}
     assert recognizer.tasks == []
-    assert result.pages[0].regions[0].text.startswith("Hello, here is some text without a meaning.")
+    assert result.pages[0].regions[0].content.text.startswith("Hello, here is some text without a meaning.")
 
 
 @pytest.mark.parametrize(("data", "code"), [
@@ -223,8 +225,9 @@ def test_the_engine_recognizer_runs_a_real_tiny_model(tiny_checkpoint: Path):
         engine.close()
     regions = [page.regions[0] for page in result.pages]
     assert result.status == "succeeded"
-    assert all(r.source == "model" and r.prompt_tokens > 0 and 1 <= r.generated_tokens <= 4 for r in regions)
-    assert all(r.finish_reason in {"stop", "length", "repetition"} and r.ttft_ms > 0 for r in regions)
+    assert all(r.source == "model" and r.usage.prompt_tokens > 0 and 1 <= r.usage.generated_tokens <= 4
+               for r in regions)
+    assert all(r.content.finish_reason in {"stop", "length", "repetition"} and r.usage.ttft_ms > 0 for r in regions)
     jsonschema.validate(document_json(result), load_schema())
 
 
@@ -239,7 +242,7 @@ def test_regions_skipped_for_want_of_a_model_leave_the_page_succeeded_and_the_ma
                               NO_TEXT_LAYER)
     title, text, table, formula, image, number = result.pages[0].regions
     assert [r.status for r in (title, table, formula, image)] == ["skipped", "skipped", "skipped", "succeeded"]
-    assert (table.error.code, table.source, table.text) == ("model_none", "none", None)
+    assert (table.error.code, table.source, table.content.text) == ("model_none", "none", None)
     assert result.status == "succeeded" and result.pages[0].status == "succeeded"
     assert document_markdown(result) == "<!-- image -->\n"
     jsonschema.validate(document_json(result), load_schema())

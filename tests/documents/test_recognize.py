@@ -30,10 +30,10 @@ def test_a_runaway_decode_ends_by_the_repetition_guard_long_before_the_limit(loo
     recognizer = EngineRecognizer(looping_engine, limits)
     result = recognizer.submit(RecognitionTask(random_image(100, 60, seed=3), task)).result(timeout=120)
     assert limits[task] == 8192
-    assert result.finish_reason == "repetition" and result.generated_tokens < 64
+    assert result.finish_reason == "repetition" and result.usage.generated_tokens < 64
 
 
 def test_each_task_is_recognised_under_its_own_limit(looping_engine):
     recognizer = EngineRecognizer(looping_engine, {"ocr": 8192, "formula": 5})
     result = recognizer.submit(RecognitionTask(random_image(100, 60, seed=3), "formula")).result(timeout=120)
-    assert (result.finish_reason, result.generated_tokens) == ("length", 5)
+    assert (result.finish_reason, result.usage.generated_tokens) == ("length", 5)
