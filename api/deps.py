@@ -1,30 +1,19 @@
-"""What the endpoints depend on: the service's parts, and whose documents a request may see."""
+"""What the endpoints depend on: the service's Context, and whose documents a request may see."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials
-from sqlalchemy import Engine
 
 from api.auth import bearer, tenant_for_key
-from pipeline.config import Settings
-from pipeline.jobs.dispatch import Dispatcher
-from pipeline.storage import BlobStore
+from pipeline.jobs.context import Context
 
 
-@dataclass(frozen=True)
-class Services:
-    settings: Settings
-    db: Engine
-    blobs: BlobStore
-    dispatcher: Dispatcher
-
-
-def services(request: Request) -> Services:
-    return request.app.state.services
+def app_context(request: Request) -> Context:
+    """The Context the app was created with: the same settings, database, blobs and dispatcher as its workers'."""
+    return request.app.state.context
 
 
 def current_tenant(
@@ -34,8 +23,8 @@ def current_tenant(
     that decides it, so every endpoint scopes its queries by the same answer."""
     if not request.app.state.require_keys:
         return request.app.state.tenant
-    return tenant_for_key(services(request).db, credentials)
+    return tenant_for_key(app_context(request).db, credentials)
 
 
-ServicesDep = Annotated[Services, Depends(services)]
-Tenant = Annotated[str, Depends(current_tenant)]
+ServicesDep = Annotated[Context, Depends(app_context)]
+TenantId = Annotated[str, Depends(current_tenant)]

@@ -17,9 +17,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
-from api.deps import Services
 from pipeline.db.models import DOCUMENT_STATUSES, Document, Page, utcnow
 from pipeline.db.session import session_scope
+from pipeline.jobs.context import Context
 from pipeline.jobs.dispatch import Observable
 from pipeline.metrics import EngineCollector
 
@@ -27,7 +27,7 @@ RATE_WINDOW = timedelta(seconds=60)  # pages/s is the pages finished in the last
 
 
 class ServiceCollector(Collector):
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: Context) -> None:
         self.services = services
 
     def collect(self) -> Iterator[Metric]:
@@ -50,7 +50,7 @@ class ServiceCollector(Collector):
             yield depths
 
 
-def install_metrics(app: FastAPI, services: Services) -> None:
+def install_metrics(app: FastAPI, services: Context) -> None:
     """Count every request by route and status, and serve the registry at GET /metrics."""
     registry = CollectorRegistry()
     requests = Counter("quire_http_requests", "HTTP requests", ["method", "route", "status"], registry=registry)

@@ -16,6 +16,8 @@ import json
 import time
 from pathlib import Path
 
+from pipeline.config import get_settings
+from pipeline.document_settings import process_options
 from pipeline.documents.errors import DocumentError
 from pipeline.documents.ingest import Limits, ingest
 from pipeline.documents.layout_furniture import clear_cache
@@ -56,11 +58,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", type=Path, default=next((path for path in CORPORA if path.is_dir()), None))
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--dpi", type=int, default=Limits.dpi)
+    parser.add_argument("--dpi", type=int, default=None, help="default: QUIRE_DPI, else 200")
     args = parser.parse_args()
     paths = sorted(args.corpus.glob("*.pdf"))
     files = [path.read_bytes() for path in paths]
-    limits, layout = Limits(dpi=args.dpi), PdfLayout()
+    settings = get_settings()
+    limits = process_options(settings.model_copy(update={"dpi": args.dpi or settings.dpi})).limits  # as a worker's
+    layout = PdfLayout()
     one_pass(files, limits, layout)
     totals = {key: 0.0 for key in ("ingest", "render", "layout", "pages", "regions")}
     for _ in range(args.repeats):
@@ -69,7 +73,7 @@ def main() -> None:
     pages = totals["pages"]
     seconds = totals["ingest"] + totals["render"] + totals["layout"]
     print(f"{len(paths)} files, {int(pages / args.repeats)} pages per pass, {args.repeats} timed passes, "
-          f"dpi {args.dpi}, corpus {args.corpus}")
+          f"dpi {limits.dpi}, corpus {args.corpus}")
     print(json.dumps({
         "pages_per_s": round(pages / seconds, 2),
         "ms_per_page": round(1000 * seconds / pages, 2),
@@ -78,7 +82,7 @@ def main() -> None:
         "layout_ms_per_page": round(1000 * totals["layout"] / pages, 2),
         "regions_per_page": round(totals["regions"] / pages, 2),
         "pages": int(pages),
-        "dpi": args.dpi,
+        "dpi": limits.dpi,
         "threads": 1,
     }))
 

@@ -63,18 +63,16 @@ def documents(label: str, count: int, pages: int) -> list[tuple[str, bytes]]:
 def in_process(model: Path, measured: list[tuple[str, bytes]], warmup: list[tuple[str, bytes]],
                root: Path) -> dict[str, Any]:
     """(a): the files through one in-process engine, as `quire process` runs them; its figures."""
-    from pipeline.documents.ingest import Limits
+    from pipeline.document_settings import process_options
     from pipeline.documents.layout import layout_backend
     from pipeline.documents.outputs import DocumentWriter
-    from pipeline.documents.process import ProcessOptions, process_file
+    from pipeline.documents.process import process_file
     from pipeline.documents.recognize import EngineRecognizer
-    from pipeline.documents.regions import RegionOptions
     from pipeline.engine.engine import Engine
 
     settings = fast_settings(model)
     layout = layout_backend(settings.layout, settings.layout_model, layout_device(settings))
-    options = ProcessOptions(Limits(dpi=settings.dpi), RegionOptions(settings.crop_margin_pt, settings.text_layer),
-                             None, settings.pages_in_flight)
+    options = process_options(settings)
     engine = Engine.from_pretrained(settings.model, **engine_kwargs(settings))
     recognizer = EngineRecognizer(engine, settings.max_tokens)
 

@@ -8,7 +8,8 @@ answers nothing, so no model is needed. Then each line of the PDF's text layer i
 - markdown: found in its page's Markdown (letters and digits compared, so spacing, hyphenation and markup aside);
 - dropped: none of these: text the Markdown's reader would never see.
 
-Usage: `python -m benchmarks.text_recall FILE… [--layout pdf] [--dpi 200] [--password PW]`. One JSON object per
+Usage: `python -m benchmarks.text_recall FILE… [--layout pdf] [--dpi 200] [--password PW]` (other options, and
+the DPI unless given, come from the QUIRE_* settings, as for `quire process`). One JSON object per
 file: {"file", "pages", "lines", "markdown", "model", "furniture", "dropped", "dropped_lines"}, the last holding
 the first dropped lines as "page N: text". Exit status 1 when any line of any file was dropped.
 """
@@ -25,11 +26,12 @@ from typing import Any
 
 import pymupdf
 
+from pipeline.config import get_settings
+from pipeline.document_settings import process_options
 from pipeline.documents.assemble import EXCLUDED_BY_DEFAULT, page_markdown
-from pipeline.documents.ingest import Limits
 from pipeline.documents.layout import layout_backend
 from pipeline.documents.layout_text import TEXT_FLAGS, line_text
-from pipeline.documents.process import ProcessOptions, process_document
+from pipeline.documents.process import process_document
 from pipeline.documents.recognize import Recognition, RecognitionTask
 from pipeline.documents.results import PageOutput
 
@@ -48,10 +50,13 @@ class Silent:
         """Nothing is ever in flight."""
 
 
-def text_recall(data: bytes, name: str, layout: str = "pdf", dpi: int = Limits.dpi,
+def text_recall(data: bytes, name: str, layout: str = "pdf", dpi: int | None = None,
                 password: str | None = None) -> dict[str, Any]:
-    """The counts for one PDF (see the module docstring); a file that fails as a whole reports its error code."""
-    options = ProcessOptions(Limits(dpi=dpi), password=password)
+    """The counts for one PDF (see the module docstring); a file that fails as a whole reports its error code.
+    `dpi`: None for the settings' (QUIRE_DPI)."""
+    settings = get_settings()
+    chosen = settings.model_copy(update={"dpi": dpi or settings.dpi, "text_layer": "auto"})
+    options = process_options(chosen, password=password)
     document = process_document(data, name, Silent(), layout_backend(layout), options)
     counts: dict[str, Any] = {"file": name, "pages": len(document.pages), "lines": 0, "markdown": 0, "model": 0,
                               "furniture": 0, "dropped": 0, "dropped_lines": []}
@@ -110,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument("--layout", default="pdf")
-    parser.add_argument("--dpi", type=int, default=Limits.dpi)
+    parser.add_argument("--dpi", type=int, default=None, help="default: QUIRE_DPI, else 200")
     parser.add_argument("--password")
     args = parser.parse_args(argv)
     dropped = 0

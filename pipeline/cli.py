@@ -311,27 +311,29 @@ def _add_service_parsers(commands: argparse._SubParsersAction) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    """`quire serve`: the API, with in-process workers and a resident engine unless a broker is configured."""
+    """`quire serve`: the API, with in-process workers and a resident engine unless a broker is configured; either
+    way the API and the stages share one Context (pipeline/jobs/context.py `open_context`)."""
     import uvicorn
 
     from api.app import create_app
     from api.auth import keys_required, startup_notice
 
     from .db.migrate import upgrade_to_head
-    from .db.session import get_engine
-    from .storage import LocalBlobStore
+    from .jobs.context import open_context
 
     settings = _settings(model=args.model, quantization=args.quantization)
     configure_logging(settings.log_format)
     require_keys = keys_required(settings.api_keys, args.host)
     print(startup_notice(settings.api_keys, args.host), file=sys.stderr, flush=True)
     upgrade_to_head(settings.database_url)
-    db, blobs = get_engine(settings.database_url), LocalBlobStore(settings.blob_dir)
     if settings.broker_url:
         from workers.celery_app import CeleryDispatcher, app
 
-        uvicorn.run(create_app(settings, CeleryDispatcher(app), require_keys), host=args.host, port=args.port,
-                    log_config=None)
+        context = open_context(settings, CeleryDispatcher(app))
+        try:
+            uvicorn.run(create_app(context, require_keys), host=args.host, port=args.port, log_config=None)
+        finally:
+            context.close()
         return 0
     from workers.embedded import EmbeddedWorkers
     from workers.engine_host import EngineHost
@@ -339,11 +341,11 @@ def _serve(args: argparse.Namespace) -> int:
     from .engine_settings import gpu_threads
 
     host = EngineHost(settings)
-    workers = EmbeddedWorkers(settings, db, blobs, host, settings.cpu_threads, gpu_threads(settings))
+    workers = EmbeddedWorkers(settings, host, settings.cpu_threads, gpu_threads(settings))
     try:
         _load_models(workers, host)
         workers.resume()
-        uvicorn.run(create_app(settings, workers, require_keys), host=args.host, port=args.port, log_config=None)
+        uvicorn.run(create_app(workers.context, require_keys), host=args.host, port=args.port, log_config=None)
     finally:
         workers.close()
         host.close()
@@ -423,14 +425,14 @@ def _serve_engine(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .engine.engine import Engine
-    from .engine.entrypoints.openai_server import create_app
+    from .engine.entrypoints.openai_server import openai_app
     from .engine_settings import engine_kwargs
 
     settings = _settings(device=args.device, dtype=args.dtype, max_num_seqs=args.max_num_seqs,
                          quantization=args.quantization)
     model = args.model or settings.model
     engine = Engine.from_pretrained(model, **engine_kwargs(settings))
-    app = create_app(engine, args.served_model_name or str(model), default_max_tokens=settings.max_tokens)
+    app = openai_app(engine, args.served_model_name or str(model), default_max_tokens=settings.max_tokens)
     try:
         uvicorn.run(app, host=args.host, port=args.port)
     finally:

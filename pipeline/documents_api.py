@@ -1,9 +1,10 @@
 """Documents in one call: `process("report.pdf")` → the result object, as `quire process` makes it.
 
 `quire process` and this API build the same things around process_file: the layout backend the settings name,
-the region and ingest options, and the recognition model, loaded from the settings only when a region needs it
-(or the engine the caller already has). Settings come from QUIRE_* variables; any Settings field can be given as
-a keyword instead (`layout="pdf"`, `model="none"`, `dpi=150`).
+the region and ingest options (pipeline/document_settings.py, as the service's stages do), and the recognition
+model, loaded from the settings only when a region needs it (or the engine the caller already has). Settings come
+from QUIRE_* variables; any Settings field can be given as a keyword instead (`layout="pdf"`, `model="none"`,
+`dpi=150`, `max_pages=50`).
 """
 
 from __future__ import annotations
@@ -13,13 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.config import Settings, get_settings
-from pipeline.documents.ingest import Limits
+from pipeline.document_settings import process_options
 from pipeline.documents.layout import layout_backend
 from pipeline.documents.lazy_recognizer import LazyRecognizer, ModelUnavailable
 from pipeline.documents.page_ranges import PageRanges, parse_page_ranges
-from pipeline.documents.process import PageCallback, ProcessOptions, process_document, process_file
+from pipeline.documents.process import PageCallback, process_document, process_file
 from pipeline.documents.recognize import EngineRecognizer, Recognizer
-from pipeline.documents.regions import RegionOptions
 from pipeline.documents.results import DocumentOutput
 from pipeline.engine_settings import layout_device, task_max_tokens, weights_scheme
 
@@ -60,11 +60,8 @@ class DocumentProcessor:
         self.revision: str | None = None
         self._engine, self._owns_engine = engine, engine is None
         self.recognizer = LazyRecognizer(self._recognizer)
-        regions = RegionOptions(settings.crop_margin_pt, settings.text_layer,
-                                recognize_charts=settings.recognize_charts, recognize_seals=settings.recognize_seals)
         ranges = parse_page_ranges(pages) if isinstance(pages, str) else pages
-        self.options = ProcessOptions(Limits(dpi=settings.dpi), regions, password, settings.pages_in_flight,
-                                      pages=ranges)
+        self.options = process_options(settings, password=password, pages=ranges)
 
     @property
     def unavailable(self) -> ModelUnavailable | None:

@@ -411,6 +411,23 @@ def test_pages_processes_only_the_pages_asked_for(env, tmp_path, capsys):
     assert [page["index"] for page in result["pages"]] == [1, 2]
 
 
+def test_quire_max_pages_fails_a_longer_document_with_the_services_error_code(env, tmp_path, capsys):
+    from pipeline.documents.errors import DocumentError
+    from pipeline.documents.ingest import ingest
+    from pipeline.documents.sample_pdf import write_sample_pdf
+    from pipeline.jobs.options import DocumentOptions
+
+    env.setenv("QUIRE_MAX_PAGES", "1")
+    sample = write_sample_pdf(tmp_path / "sample.pdf")  # two pages
+    status, _ = process_here(capsys, str(sample), "-o", str(tmp_path / "out"))
+    failed = json.loads((tmp_path / "out" / "sample.json").read_text())
+    assert status == 1 and (failed["status"], failed["error"]["code"]) == ("failed", "too_many_pages")
+    settings = get_settings()
+    with pytest.raises(DocumentError) as refused:  # the service's stages, under the same settings
+        ingest(sample.read_bytes(), DocumentOptions().resolved(settings).process_options(settings).limits)
+    assert refused.value.code == "too_many_pages"
+
+
 def test_a_bad_page_range_is_refused_before_any_file_is_opened(env, tmp_path, capsys):
     with pytest.raises(SystemExit) as refused:
         process_here(capsys, str(CORPUS / "pdflatex-4-pages.pdf"), "-o", str(tmp_path / "out"), "--pages", "5-2")

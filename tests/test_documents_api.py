@@ -22,7 +22,7 @@ def _cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_path_comes_back_as_its_result():
     result = process(TEXT_ONLY, layout="pdf", model="none")
     assert (result.name, result.status, len(result.pages)) == ("pdflatex-4-pages.pdf", "succeeded", 4)
-    assert result.pages[0].regions[0].text.startswith("Hello, here is some text")
+    assert result.pages[0].regions[0].content.text.startswith("Hello, here is some text")
 
 
 def test_bytes_come_back_as_their_result_under_the_name_given():
@@ -41,7 +41,7 @@ def test_the_engine_is_built_from_the_settings_only_when_a_region_needs_it(tiny_
     scanned = process(TEXT_ONLY, layout="page", text_layer="off", model=str(tiny_checkpoint), max_tokens=2,
                       pages="1")
     region = scanned.pages[0].regions[0]
-    assert region.source == "model" and 1 <= region.generated_tokens <= 2
+    assert region.source == "model" and 1 <= region.usage.generated_tokens <= 2
     assert scanned.model == str(tiny_checkpoint) and scanned.model_revision
 
 

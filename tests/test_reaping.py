@@ -13,10 +13,8 @@ import redis
 
 from pipeline.config import Settings
 from pipeline.db.migrate import upgrade_to_head
-from pipeline.db.session import create_db_engine
-from pipeline.jobs.context import Context
+from pipeline.jobs.context import Context, open_context
 from pipeline.jobs.reaper import ReaperThread
-from pipeline.storage import LocalBlobStore
 from workers.reaping import TURN_SHARE, take_turn
 
 INTERVAL_S = 0.4
@@ -31,12 +29,14 @@ def turn() -> Iterator[tuple[redis.Redis, str]]:
 
 
 @pytest.fixture
-def context(tmp_path: Path) -> Context:
+def context(tmp_path: Path) -> Iterator[Context]:
     """A context on an empty migrated SQLite database, reaping every 100 ms; nothing is ever sent."""
     url = f"sqlite:///{tmp_path / 'quire.db'}"
     upgrade_to_head(url)
-    settings = Settings(database_url=url, reap_interval_s=0.1)
-    return Context(settings, create_db_engine(url), LocalBlobStore(tmp_path / "blobs"), dispatcher=None)
+    settings = Settings(database_url=url, blob_dir=tmp_path / "blobs", reap_interval_s=0.1)
+    context = open_context(settings, dispatcher=None)
+    yield context
+    context.close()
 
 
 def test_one_worker_holds_each_interval_s_turn(turn):

@@ -14,30 +14,33 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
-from sqlalchemy import Engine, select
+from sqlalchemy import select
 
 from pipeline.config import Settings
 from pipeline.db.models import Document
 from pipeline.db.session import session_scope
-from pipeline.jobs.context import Context, RecognitionHost
+from pipeline.jobs.context import RecognitionHost, open_context
 from pipeline.jobs.deliveries import resume_deliveries
 from pipeline.jobs.dispatch import Stage
 from pipeline.jobs.graph import queues, run_stage
 from pipeline.jobs.model_status import ModelStatus
 from pipeline.jobs.reaper import ReaperThread
 from pipeline.jobs.start import start_document
-from pipeline.storage import BlobStore
 
 log = logging.getLogger(__name__)
 RETRIES = 3  # a stage that raises (the database busy, say) is run again this many times, backing off
 
 
 class EmbeddedWorkers:
-    """A Dispatcher that runs each stage on its queue's thread pool in this process."""
+    """A Dispatcher that runs each stage on its queue's thread pool in this process.
 
-    def __init__(self, settings: Settings, db: Engine, blobs: BlobStore, recognition: RecognitionHost,
-                 cpu_threads: int = 2, gpu_threads: int = 4) -> None:
-        self.context = Context(settings, db, blobs, self, recognition)
+    It opens its own Context (itself its dispatcher) and closes it in `close`; the embedded API serves from that
+    same Context, so the service has one database engine and one blob store.
+    """
+
+    def __init__(self, settings: Settings, recognition: RecognitionHost, cpu_threads: int = 2,
+                 gpu_threads: int = 4) -> None:
+        self.context = open_context(settings, self, recognition)
         self._queues = queues(settings)
         self._pools = {"cpu": ThreadPoolExecutor(cpu_threads, thread_name_prefix="quire-cpu"),
                        "gpu": ThreadPoolExecutor(gpu_threads, thread_name_prefix="quire-gpu")}
@@ -90,6 +93,7 @@ class EmbeddedWorkers:
                 timer.cancel()
         for pool in self._pools.values():
             pool.shutdown(wait=True, cancel_futures=True)
+        self.context.close()
 
     def _send_later(self, stage: Stage, key: str | int, delay_s: float) -> None:
         timer = threading.Timer(delay_s, self._send_now, (stage, key))

@@ -18,11 +18,9 @@ import redis
 from celery.signals import worker_ready, worker_shutdown
 
 from pipeline.config import get_settings
-from pipeline.db.session import create_db_engine, get_engine
-from pipeline.jobs.context import Context
+from pipeline.jobs.context import Context, open_context
 from pipeline.jobs.dispatch import Stage
 from pipeline.jobs.graph import GRAPH, run_stage
-from pipeline.storage import LocalBlobStore
 from workers.celery_app import MODEL_STATUS_PREFIX, MODEL_STATUS_TTL_S, CeleryDispatcher, app, task_name
 from workers.engine_host import EngineHost
 from workers.reaping import start_reaper
@@ -44,9 +42,7 @@ def engine_host() -> EngineHost:
 def context() -> Context:
     """The worker process's Context; the engine inside it loads on the first recognize task, so CPU-only workers
     never load it."""
-    settings = get_settings()
-    return Context(settings, get_engine(settings.database_url), LocalBlobStore(settings.blob_dir),
-                   CeleryDispatcher(app), engine_host())
+    return open_context(get_settings(), CeleryDispatcher(app), engine_host())
 
 
 class ModelStatusReporter(threading.Thread):
@@ -108,11 +104,9 @@ TASKS = {stage: _register(stage) for stage in GRAPH}
 
 @worker_ready.connect
 def _start_reaping(**_: Any) -> None:
-    """Reap from the main process with a database engine of its own: prefork children forked later must not inherit
+    """Reap from the main process with a Context of its own: prefork children forked later must not inherit
     `context()`'s pooled connections."""
-    settings = get_settings()
-    start_reaper(Context(settings, create_db_engine(settings.database_url), LocalBlobStore(settings.blob_dir),
-                         CeleryDispatcher(app)))
+    start_reaper(open_context(get_settings(), CeleryDispatcher(app)))
 
 
 _reporters: list[ModelStatusReporter] = []  # this process's reporter, once its worker consumes the gpu queue

@@ -14,9 +14,10 @@ from fastapi import APIRouter, Response
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
-from api.deps import Services, ServicesDep
+from api.deps import ServicesDep
 from api.schemas import Health
 from pipeline.db.errors import database_unavailable
+from pipeline.jobs.context import Context
 from pipeline.jobs.dispatch import ModelReporting
 
 router = APIRouter(tags=["health"])
@@ -47,7 +48,7 @@ def readyz(services: ServicesDep, response: Response) -> Health:
     return Health(status="ok")
 
 
-def _database(services: Services) -> str | None:
+def _database(services: Context) -> str | None:
     try:
         with services.db.connect() as connection:
             connection.execute(text("SELECT 1"))
@@ -59,7 +60,7 @@ def _database(services: Services) -> str | None:
     return None
 
 
-def _broker(services: Services) -> str | None:
+def _broker(services: Context) -> str | None:
     if not services.settings.broker_url:
         return None
     try:
@@ -69,7 +70,7 @@ def _broker(services: Services) -> str | None:
     return None
 
 
-def _models(services: Services) -> list[str]:
+def _models(services: Context) -> list[str]:
     """`model: <code>: <message>` once per distinct failure (many GPU workers on one checkpoint fail alike)."""
     if not isinstance(services.dispatcher, ModelReporting):
         return []

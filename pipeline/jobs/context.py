@@ -1,7 +1,8 @@
-"""What the stages run with: settings, the database, the blob store, the dispatcher, and process-wide models.
+"""What the stages and the API run with: settings, the database, the blob store, the dispatcher, and process-wide
+models; `open_context` is the one place they are built from Settings.
 
-One Context per worker process (or per embedded service): the layout backends and the recognizer are loaded once
-and shared by every task the process runs, on all its threads.
+One Context per worker process (or per embedded service, shared by its API and its workers): the layout backends
+and the recognizer are loaded once and shared by every task the process runs, on all its threads.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from typing import Protocol
 from sqlalchemy import Engine
 
 from pipeline.config import Settings
+from pipeline.db.session import create_db_engine
 from pipeline.documents.layout import LayoutBackend, layout_backend
 from pipeline.documents.layout_weights import LayoutModelUnavailable
 from pipeline.documents.recognize import Recognizer
 from pipeline.engine_settings import layout_device
 from pipeline.jobs.dispatch import Dispatcher
-from pipeline.storage import BlobStore
+from pipeline.storage import BlobStore, LocalBlobStore
 
 
 class RecognitionHost(Protocol):
@@ -58,3 +60,17 @@ class Context:
         each page to report, as they are without this."""
         with suppress(LayoutModelUnavailable):
             self.layout(self.settings.layout)
+
+    def close(self) -> None:
+        """Close the database's pooled connections (whoever opened the context closes it)."""
+        self.db.dispose()
+
+
+def open_context(settings: Settings, dispatcher: Dispatcher, recognition: RecognitionHost | None = None) -> Context:
+    """The service's composition root: the database engine and the blob store the settings name, with the given
+    dispatcher (Celery, the embedded workers, a test's stand-in) and, in a process that hosts the engine, its
+    recognition host. `quire serve` (either mode), every `quire worker` process, the embedded workers and the tests
+    all build their Context here, so the API and the stages never see differently built parts."""
+    assert settings.blob_dir is not None  # Settings fills it in
+    return Context(settings, create_db_engine(settings.database_url), LocalBlobStore(settings.blob_dir), dispatcher,
+                   recognition)

@@ -14,9 +14,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.config import Settings
-from pipeline.documents.ingest import Limits
+from pipeline.document_settings import process_options
 from pipeline.documents.process import ProcessOptions
-from pipeline.documents.regions import RegionOptions
 
 Task = Literal["ocr", "table", "formula", "chart", "seal"]
 LayoutName = Literal["auto", "pp-doclayout", "pdf", "page"]
@@ -45,13 +44,9 @@ class DocumentOptions(BaseModel):
         })
 
     def process_options(self, settings: Settings) -> ProcessOptions:
-        """The pipeline's options for a resolved document."""
-        tasks = frozenset(self.tasks or default_tasks(settings))
-        regions = RegionOptions(settings.crop_margin_pt, self.text_layer or settings.text_layer,
-                                recognize_charts="chart" in tasks, recognize_seals="seal" in tasks, tasks=tasks)
-        limits = Limits(max_file_bytes=settings.max_upload_bytes, max_pages=settings.max_pages,
-                        dpi=self.dpi or settings.dpi)
-        return ProcessOptions(limits, regions, self.password, settings.pages_in_flight)
+        """The pipeline's options for a resolved document: this document's choices in place of the settings'."""
+        chosen = settings.model_copy(update=self.model_dump(include={"dpi", "text_layer"}, exclude_none=True))
+        return process_options(chosen, tasks=self.tasks or default_tasks(settings), password=self.password)
 
     def dedup_key(self, tenant: str, sha256: str, batch_id: str | None = None) -> str:
         """Same tenant, same bytes and same (resolved) options → the same key; where results go is not part of it.

@@ -23,6 +23,7 @@ from api.app import create_app
 from pipeline.config import Settings
 from pipeline.db.migrate import upgrade_to_head
 from pipeline.db.session import create_db_engine
+from pipeline.jobs.context import open_context
 from pipeline.jobs.dispatch import Stage
 from pipeline.storage import LocalBlobStore
 
@@ -62,8 +63,11 @@ def dispatcher() -> RecordingDispatcher:
 
 
 @pytest.fixture
-def app(settings: Settings, dispatcher: RecordingDispatcher) -> FastAPI:
-    return create_app(settings, dispatcher, tenant="acme")
+def app(settings: Settings, dispatcher: RecordingDispatcher) -> Iterator[FastAPI]:
+    """The API over its own Context, built as `quire serve` builds one."""
+    context = open_context(settings, dispatcher)
+    yield create_app(context, tenant="acme")
+    context.close()
 
 
 @pytest.fixture

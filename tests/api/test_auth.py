@@ -16,6 +16,7 @@ from pipeline.accounts import create_key, ensure_tenant, revoke_key
 from pipeline.config import Settings
 from pipeline.db.models import Document, Page
 from pipeline.db.session import session_scope
+from pipeline.jobs.context import open_context
 from pipeline.storage import LocalBlobStore
 from tests.api.conftest import RecordingDispatcher, corpus, png, stored_files, upload
 from tests.api.test_upload import assert_error
@@ -30,7 +31,7 @@ def new_key(db: Engine, tenant: str) -> str:
 @pytest.fixture
 def keyed(settings: Settings, dispatcher: RecordingDispatcher) -> Iterator[TestClient]:
     """The API with keys required, and no key sent unless a test sends one."""
-    with TestClient(create_app(settings, dispatcher, require_keys=True)) as client:
+    with TestClient(create_app(open_context(settings, dispatcher), require_keys=True)) as client:
         yield client
 
 
@@ -109,7 +110,7 @@ def test_health_and_the_openapi_document_need_no_key(keyed: TestClient) -> None:
 
 
 def test_without_keys_every_request_acts_for_the_fixed_tenant(settings: Settings, db: Engine) -> None:
-    with TestClient(create_app(settings, RecordingDispatcher())) as client:
+    with TestClient(create_app(open_context(settings, RecordingDispatcher()))) as client:
         document_id = upload_as(client, "qk_unknown_ignored-when-keys-are-off")
         assert "401" not in client.get("/openapi.json").json()["paths"]["/v1/documents"]["get"]["responses"]
     with session_scope(db) as session:

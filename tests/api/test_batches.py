@@ -18,6 +18,7 @@ from api.upload import FLUSH_BYTES
 from pipeline.config import Settings
 from pipeline.db.models import Batch, Document
 from pipeline.db.session import session_scope
+from pipeline.jobs.context import open_context
 from pipeline.storage import LocalBlobStore
 from tests.api.conftest import MAX_UPLOAD_BYTES, RecordingDispatcher, corpus, png, stored_files, upload
 from tests.api.test_documents import add_page, set_document
@@ -111,7 +112,8 @@ def test_files_streamed_in_small_chunks_arrive_whole(settings: Settings, db: Eng
     large = b"%PDF-1.7\n" + bytes(range(256)) * (5 * FLUSH_BYTES // 512)
     files = [("large.pdf", large), ("notes.txt", b"t" * 5000), ("small.png", png()), ("a.pdf", corpus(PDFS[0]))]
     roomy = settings.model_copy(update={"max_upload_bytes": 3 * FLUSH_BYTES})
-    response = stream_batch(create_app(roomy, RecordingDispatcher(), tenant="acme"), files, chunk_size=7000)
+    app = create_app(open_context(roomy, RecordingDispatcher()), tenant="acme")
+    response = stream_batch(app, files, chunk_size=7000)
     assert response.status_code == 202, response.text
     assert [item["name"] for item in response.json()["rejected"]] == ["notes.txt"]
     assert [(row.filename, blobs.get(row.sha256)) for row in documents(db)] == [files[0], *files[2:]]
@@ -186,7 +188,7 @@ def test_a_tar_symlink_is_refused_whole(client: TestClient, db: Engine, settings
 def test_too_many_members_or_files_are_refused(settings: Settings, db: Engine,
                                                dispatcher: RecordingDispatcher) -> None:
     few = settings.model_copy(update={"max_archive_members": 3})
-    with TestClient(create_app(few, dispatcher, tenant="acme")) as client:
+    with TestClient(create_app(open_context(few, dispatcher), tenant="acme")) as client:
         four = [(f"{i}.pdf", corpus(PDFS[i])) for i in range(4)]
         assert_error(post_batch(client, [("a.zip", zip_of(four))]), 422, "archive_too_many_members")
         assert_error(post_batch(client, four), 422, "archive_too_many_members")
@@ -246,7 +248,7 @@ def test_batches_are_the_tenant_s_own_and_listed_newest_first(client: TestClient
     assert [item["id"] for item in rest["items"]] == ids[:1] and rest["next_cursor"] is None
     assert first["items"][0]["document_count"] == 1 and first["items"][0]["rejected_count"] == 0
 
-    other = TestClient(create_app(settings, RecordingDispatcher(), tenant="globex"))
+    other = TestClient(create_app(open_context(settings, RecordingDispatcher()), tenant="globex"))
     assert_error(other.get(f"/v1/batches/{ids[0]}"), 404, "batch_not_found")
     assert other.get("/v1/batches").json()["items"] == []
     assert_error(client.get("/v1/batches/no-such-id"), 404, "batch_not_found")

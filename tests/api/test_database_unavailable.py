@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from pipeline.config import Settings
+from pipeline.jobs.context import open_context
 from pipeline.storage import LocalBlobStore
 from tests.api.conftest import RecordingDispatcher, corpus, stored_files, upload
 
@@ -25,7 +26,8 @@ ROUTES = [("get", "/v1/documents"), ("get", "/v1/documents/doc_x"), ("get", "/v1
 @pytest.fixture
 def refused(settings: Settings) -> Iterator[TestClient]:
     """The API over a database that refuses every connection, with the good app's blob directory."""
-    app = create_app(settings.model_copy(update={"database_url": REFUSING}), RecordingDispatcher(), tenant="acme")
+    refusing = settings.model_copy(update={"database_url": REFUSING})
+    app = create_app(open_context(refusing, RecordingDispatcher()), tenant="acme")
     with TestClient(app, raise_server_exceptions=False) as client:
         yield client
 

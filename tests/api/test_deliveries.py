@@ -14,6 +14,7 @@ from api.schemas import DocumentStatus
 from pipeline.config import Settings
 from pipeline.db.models import Document, WebhookDelivery
 from pipeline.db.session import session_scope
+from pipeline.jobs.context import open_context
 from pipeline.jobs.events import document_summary
 from tests.api.conftest import RecordingDispatcher, corpus, stored_files, upload
 from tests.api.test_documents import add_page, set_document
@@ -41,7 +42,7 @@ def test_a_host_dns_does_not_know_yet_is_accepted_at_upload_and_checked_again_wh
 
 def test_the_allow_list_lets_a_loopback_callback_through(settings: Settings) -> None:
     allowing = settings.model_copy(update={"webhook_allow": ["127.0.0.1"]})
-    with TestClient(create_app(allowing, RecordingDispatcher(), tenant="acme")) as client:
+    with TestClient(create_app(open_context(allowing, RecordingDispatcher()), tenant="acme")) as client:
         assert upload(client, corpus(), callback_url="http://127.0.0.1:9/").status_code == 202
         assert_error(upload(client, corpus(), callback_url="http://169.254.169.254/"), 422, "callback_url_refused")
 
@@ -70,7 +71,7 @@ def test_deliveries_of_an_unknown_or_another_tenant_s_document_are_not_found(cli
                                                                             settings: Settings) -> None:
     document_id = upload(client, corpus()).json()["id"]
     assert client.get(f"/v1/documents/{document_id}/deliveries").json() == {"items": []}
-    other = TestClient(create_app(settings, RecordingDispatcher(), tenant="globex"))
+    other = TestClient(create_app(open_context(settings, RecordingDispatcher()), tenant="globex"))
     assert_error(other.get(f"/v1/documents/{document_id}/deliveries"), 404, "document_not_found")
     assert_error(client.get("/v1/documents/no-such-id/deliveries"), 404, "document_not_found")
 
@@ -91,7 +92,7 @@ def test_a_webhook_s_data_is_the_document_as_its_status_endpoint_shows_it(client
 def test_a_cancel_announces_document_canceled_once(settings: Settings, db: Engine) -> None:
     dispatcher = RecordingDispatcher()
     allowing = settings.model_copy(update={"webhook_allow": ["127.0.0.1"]})
-    with TestClient(create_app(allowing, dispatcher, tenant="acme")) as client:
+    with TestClient(create_app(open_context(allowing, dispatcher), tenant="acme")) as client:
         document_id = upload(client, corpus(), callback_url="http://127.0.0.1:9/hook").json()["id"]
         assert client.post(f"/v1/documents/{document_id}/cancel").status_code == 200
         assert client.post(f"/v1/documents/{document_id}/cancel").status_code == 200  # no second event

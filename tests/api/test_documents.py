@@ -14,6 +14,7 @@ from pipeline.config import Settings
 from pipeline.db.models import Document, Page, Region
 from pipeline.db.session import session_scope
 from pipeline.documents.assemble import page_json
+from pipeline.jobs.context import open_context
 from pipeline.jobs.rows import page_output
 from pipeline.storage import LocalBlobStore
 from tests.api.conftest import RecordingDispatcher, corpus, png, stored_files, upload
@@ -206,7 +207,7 @@ def test_delete_removes_rows_and_the_blobs_no_other_document_uses(client: TestCl
 
 def test_unknown_ids_and_other_tenants_documents_are_not_found(client: TestClient, settings: Settings) -> None:
     document_id = upload(client, corpus()).json()["id"]
-    other = TestClient(create_app(settings, RecordingDispatcher(), tenant="globex"))
+    other = TestClient(create_app(open_context(settings, RecordingDispatcher()), tenant="globex"))
     for http, id_ in ((client, "no-such-id"), (other, document_id)):
         for path in ("", "/result", "/pages/1", "/pages/1/image", "/pages/1/regions/0/image"):
             error = assert_error(http.get(f"/v1/documents/{id_}{path}"), 404, "document_not_found")

@@ -13,8 +13,7 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from pipeline.config import Settings
-from pipeline.db.session import create_db_engine
-from pipeline.storage import LocalBlobStore
+from pipeline.jobs.context import open_context
 from tests.api.conftest import RecordingDispatcher, corpus, upload
 from tests.workers.checkpoints import REDIS, broken_checkpoint, host_on, own_prefix, remove_weights, status_reader
 from workers.embedded import EmbeddedWorkers
@@ -40,14 +39,14 @@ def test_healthz_only_needs_the_process_and_readyz_needs_the_database(client: Te
 
 def test_readyz_is_503_and_names_an_unreachable_broker(settings: Settings) -> None:
     broken = settings.model_copy(update={"broker_url": "redis://127.0.0.1:1/0"})  # nothing listens on port 1
-    with TestClient(create_app(broken, RecordingDispatcher(), tenant="acme")) as client:
+    with TestClient(create_app(open_context(broken, RecordingDispatcher()), tenant="acme")) as client:
         response = client.get("/readyz")
     assert response.status_code == 503
     assert response.json()["status"] == "unavailable" and response.json()["problems"][0].startswith("broker:")
 
 
 def test_metrics_count_requests_by_route_template_and_show_documents_queues_and_engine(settings: Settings) -> None:
-    with TestClient(create_app(settings, ObservedDispatcher(), tenant="acme")) as client:
+    with TestClient(create_app(open_context(settings, ObservedDispatcher()), tenant="acme")) as client:
         assert upload(client, corpus()).status_code == 202
         client.get("/v1/documents/no-such-document")
         text = client.get("/metrics").text
@@ -62,7 +61,7 @@ def test_metrics_count_requests_by_route_template_and_show_documents_queues_and_
 def test_readyz_names_a_database_that_does_not_exist_by_its_stable_code(settings: Settings) -> None:
     missing = settings.model_copy(
         update={"database_url": "postgresql+psycopg://postgres@127.0.0.1:5432/quire_no_such_database"})
-    with TestClient(create_app(missing, RecordingDispatcher(), tenant="acme")) as client:
+    with TestClient(create_app(open_context(missing, RecordingDispatcher()), tenant="acme")) as client:
         response = client.get("/readyz")
     assert response.status_code == 503
     [problem] = response.json()["problems"]
@@ -83,16 +82,14 @@ def test_embedded_readyz_is_503_with_the_models_code_once_a_region_finds_it_does
         settings: Settings, tiny_checkpoint: Path, tmp_path: Path) -> None:
     host = host_on(broken_checkpoint(tiny_checkpoint, tmp_path, remove_weights), tmp_path)
     served = settings.model_copy(update={"model": host.model, "layout": "pdf", "dpi": 40, "text_layer": "off"})
-    db = create_db_engine(served.database_url)
-    workers = EmbeddedWorkers(served, db, LocalBlobStore(served.blob_dir), host, 1, 1)
+    workers = EmbeddedWorkers(served, host, 1, 1)
     try:
-        with TestClient(create_app(served, workers, tenant="acme")) as client:
+        with TestClient(create_app(workers.context, tenant="acme")) as client:
             assert client.get("/readyz").status_code == 200  # nothing has tried the model yet
             assert upload(client, corpus()).status_code == 202
             problems = ready_within(client, 503).json()["problems"]
     finally:
         workers.close()
-        db.dispose()
     assert host.status is not None and problems == [f"model: no_weights: {host.status.message}"]
     assert "no model.safetensors" in problems[0]
 
@@ -104,7 +101,8 @@ def test_distributed_readyz_is_503_while_any_gpu_worker_reports_a_model_that_doe
     hosts = {"sound": host_on(tiny_checkpoint, tmp_path), "broken-1": host_on(broken, tmp_path),
              "broken-2": host_on(broken, tmp_path)}
     with own_prefix() as prefix:
-        app = create_app(settings.model_copy(update={"broker_url": REDIS}), status_reader(prefix), tenant="acme")
+        brokered = settings.model_copy(update={"broker_url": REDIS})
+        app = create_app(open_context(brokered, status_reader(prefix)), tenant="acme")
         reporters = {name: ModelStatusReporter(host, redis.Redis.from_url(REDIS), f"{prefix}{name}")
                      for name, host in hosts.items()}
         with TestClient(app) as client:

@@ -14,13 +14,14 @@ from schemathesis.checks import not_a_server_error
 
 from api.app import create_app
 from pipeline.config import Settings
+from pipeline.jobs.context import open_context
 from tests.api.conftest import RecordingDispatcher, corpus, upload
 
 MAX_EXAMPLES = 15
 
 
 def test_no_operation_answers_a_server_error(settings: Settings) -> None:
-    app = create_app(settings, RecordingDispatcher(), tenant="acme")
+    app = create_app(open_context(settings, RecordingDispatcher()), tenant="acme")
     with TestClient(app) as client:
         assert upload(client, corpus()).status_code == 202  # something to find besides 404s
     schema = schemathesis.openapi.from_asgi("/openapi.json", app)

@@ -16,6 +16,7 @@ from api.upload import FLUSH_BYTES
 from pipeline.config import Settings
 from pipeline.db.models import Document
 from pipeline.db.session import session_scope
+from pipeline.jobs.context import open_context
 from pipeline.storage import LocalBlobStore
 from tests.api.conftest import MAX_UPLOAD_BYTES, RecordingDispatcher, corpus, png, stored_files, upload
 
@@ -168,7 +169,7 @@ def test_an_idempotency_key_reused_for_another_request_is_a_conflict(client: Tes
 
 
 def test_idempotency_keys_belong_to_one_tenant(settings: Settings, client: TestClient, db: Engine) -> None:
-    other = TestClient(create_app(settings, RecordingDispatcher(), tenant="globex"))
+    other = TestClient(create_app(open_context(settings, RecordingDispatcher()), tenant="globex"))
     assert upload(client, corpus(), key="k").status_code == 202
     assert upload(other, png(), key="k").status_code == 202
     assert sorted(document.tenant for document in documents(db)) == ["acme", "globex"]
@@ -200,6 +201,6 @@ def test_a_canceled_document_is_never_the_duplicate(client: TestClient, db: Engi
 def test_a_file_larger_than_one_write_batch_arrives_whole(settings: Settings, blobs: LocalBlobStore) -> None:
     big = settings.model_copy(update={"max_upload_bytes": 3 * FLUSH_BYTES})
     chunks = [b"%PDF-1.7\n"] + [bytes([i % 256]) * 65536 for i in range(40)]  # 2.5 write batches
-    body = stream_upload(create_app(big, RecordingDispatcher()), iter(chunks)).json()
+    body = stream_upload(create_app(open_context(big, RecordingDispatcher())), iter(chunks)).json()
     data = b"".join(chunks)
     assert body["size"] == len(data) and blobs.get(body["sha256"]) == data

@@ -13,10 +13,9 @@ import pytest
 from pipeline.config import Settings
 from pipeline.db.migrate import upgrade_to_head
 from pipeline.db.models import Document
-from pipeline.db.session import create_db_engine, session_scope
+from pipeline.db.session import session_scope
 from pipeline.jobs.options import DocumentOptions
 from pipeline.jobs.start import start_document
-from pipeline.storage import LocalBlobStore
 from tests.jobs.expected import service_settings
 from workers.embedded import EmbeddedWorkers
 from workers.engine_host import EngineHost
@@ -34,13 +33,11 @@ def service(tmp_path: Path, tiny_checkpoint: Path, engine_host: EngineHost) -> I
 def embedded_workers(settings: Settings, engine_host: EngineHost) -> Iterator[EmbeddedWorkers]:
     """Embedded workers (two CPU, two GPU threads) on a freshly migrated database of settings."""
     upgrade_to_head(settings.database_url)
-    db = create_db_engine(settings.database_url)
-    workers = EmbeddedWorkers(settings, db, LocalBlobStore(settings.blob_dir), engine_host, 2, 2)
+    workers = EmbeddedWorkers(settings, engine_host, 2, 2)
     try:
         yield workers
     finally:
         workers.close()
-        db.dispose()
 
 
 def accept(workers: EmbeddedWorkers, data: bytes, name: str, tenant: str = "acme", send: bool = True,

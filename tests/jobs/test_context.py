@@ -9,12 +9,10 @@ import pytest
 import torch
 
 from pipeline.config import Settings
-from pipeline.db.session import create_db_engine
 from pipeline.documents.layout_model import PPDocLayout
 from pipeline.documents.layout_weights import LayoutModelUnavailable
 from pipeline.jobs import context as context_module
-from pipeline.jobs.context import Context
-from pipeline.storage import LocalBlobStore
+from pipeline.jobs.context import Context, open_context
 
 
 class Nowhere:
@@ -26,7 +24,7 @@ class Nowhere:
 
 def context(tmp_path: Path, **settings: object) -> Context:
     resolved = Settings(cache_dir=tmp_path, _env_file=None, **settings)
-    return Context(resolved, create_db_engine(resolved.database_url), LocalBlobStore(resolved.blob_dir), Nowhere())
+    return open_context(resolved, Nowhere())
 
 
 def test_the_layout_model_loads_on_the_engines_device_unless_a_layout_device_is_set(tmp_path: Path,

@@ -17,12 +17,11 @@ from benchmarks.stack import scratch_database
 from pipeline.accounts import ensure_tenant, set_callback_url
 from pipeline.db.migrate import upgrade_to_head
 from pipeline.db.models import Batch, Document, WebhookDelivery
-from pipeline.db.session import create_db_engine, session_scope
+from pipeline.db.session import session_scope
 from pipeline.jobs.events import announce_document
 from pipeline.jobs.graph import GRAPH
 from pipeline.jobs.options import DocumentOptions
 from pipeline.jobs.start import start_document
-from pipeline.storage import LocalBlobStore
 from pipeline.webhooks import verify
 from tests.documents.samples import ENCRYPTED
 from tests.jobs.conftest import accept, wait_until_final
@@ -56,14 +55,12 @@ def make_workers(tmp_path: Path, tiny_checkpoint: Path, engine_host: EngineHost,
         resolved = service_settings(tmp_path, tiny_checkpoint).model_copy(
             update={"database_url": database_url, **FAST_RETRIES, **settings})
         upgrade_to_head(resolved.database_url)
-        made.append(EmbeddedWorkers(resolved, create_db_engine(resolved.database_url),
-                                    LocalBlobStore(resolved.blob_dir), engine_host, 2, 2))
+        made.append(EmbeddedWorkers(resolved, engine_host, 2, 2))
         return made[-1]
 
     yield make
     for workers in made:
         workers.close()
-        workers.context.db.dispose()
 
 
 @pytest.fixture

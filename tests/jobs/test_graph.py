@@ -18,11 +18,9 @@ import api
 import pipeline.jobs
 from pipeline.cli import build_parser
 from pipeline.config import Settings
-from pipeline.db.session import create_db_engine
 from pipeline.jobs.dispatch import Stage
 from pipeline.jobs.graph import GRAPH, START, queues
 from pipeline.jobs.handoff import NotInGraph, enter, hand_off
-from pipeline.storage import LocalBlobStore
 from workers.celery_app import create_celery, task_name
 from workers.embedded import EmbeddedWorkers
 from workers.tasks import TASKS
@@ -143,8 +141,7 @@ def test_every_stage_runs_on_a_queue_the_workers_consume_under_a_task_of_its_own
     routes = create_celery(settings).conf.task_routes
     assert routes == {task_name(stage): {"queue": queue} for stage, queue in queues(settings).items()}
     assert set(TASKS) == set(GRAPH) and all(TASKS[stage].name == task_name(stage) for stage in GRAPH)
-    workers = EmbeddedWorkers(settings, create_db_engine(settings.database_url), LocalBlobStore(settings.blob_dir),
-                              recognition=None)
+    workers = EmbeddedWorkers(settings, recognition=None)
     try:
         assert set(queues(settings).values()) <= set(workers.queue_depths())
     finally:

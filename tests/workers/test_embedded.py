@@ -8,8 +8,6 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import Settings
-from pipeline.db.session import create_db_engine
-from pipeline.storage import LocalBlobStore
 from workers import embedded
 from workers.embedded import EmbeddedWorkers
 
@@ -26,8 +24,7 @@ def test_prepare_runs_on_the_pool_of_its_queue(prepare_queue: str, pool: str, tm
 
     monkeypatch.setattr(embedded, "run_stage", record)
     settings = Settings(cache_dir=tmp_path, _env_file=None, prepare_queue=prepare_queue)
-    workers = EmbeddedWorkers(settings, create_db_engine(settings.database_url), LocalBlobStore(settings.blob_dir),
-                              recognition=None)
+    workers = EmbeddedWorkers(settings, recognition=None)
     try:
         workers.send("prepare", 1)
         assert done.wait(10)
