@@ -11,13 +11,13 @@ from datetime import datetime
 
 from fastapi import Request
 from pydantic import BaseModel, Field
-from sqlalchemy import and_, case, func, or_, select
+from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
 from api.errors import ApiError
-from api.queries import decode_cursor, encode_cursor
-from api.schemas import Counts, DocumentState, DocumentSummary
-from api.views import summary_view as document_summary
+from api.queries import newest_first
+from api.schemas import Counts, DocumentState, DocumentSummary, Listing
+from api.views import document_summary_view
 from pipeline.db.models import DOCUMENT_STATUSES, FINAL_DOCUMENT_STATUSES, Batch, Document, Page, Region
 from pipeline.jobs.batches import AcceptedBatch
 
@@ -70,16 +70,15 @@ class BatchSummary(BaseModel):
     status_url: str
 
 
-class BatchList(BaseModel):
-    items: list[BatchSummary] = Field(description="newest first")
-    next_cursor: str | None = Field(description="pass as `cursor` for the next page; null on the last page")
+class BatchList(Listing[BatchSummary]):
+    """The tenant's batches, a page at a time."""
 
 
 def batch_url(request: Request, batch_id: str) -> str:
     return str(request.url_for("get_batch", batch_id=batch_id))
 
 
-def accepted_view(request: Request, accepted: AcceptedBatch) -> BatchAccepted:
+def batch_accepted_view(request: Request, accepted: AcceptedBatch) -> BatchAccepted:
     batch = accepted.batch
     return BatchAccepted(id=batch.id, status_url=batch_url(request, batch.id), created_at=batch.created_at,
                          documents=[BatchMember(id=document_id, name=name) for name, document_id in accepted.documents],
@@ -94,7 +93,7 @@ def owned_batch(session: Session, tenant: str, batch_id: str) -> Batch:
     return batch
 
 
-def status_view(request: Request, session: Session, batch: Batch) -> BatchStatus:
+def batch_status_view(request: Request, session: Session, batch: Batch) -> BatchStatus:
     documents = list(session.scalars(select(Document).where(Document.batch_id == batch.id)
                                      .order_by(Document.created_at, Document.id)))
     statuses: dict[DocumentState, int] = dict.fromkeys(DOCUMENT_STATUSES, 0)  # type: ignore[arg-type]
@@ -110,27 +109,19 @@ def status_view(request: Request, session: Session, batch: Batch) -> BatchStatus
     return BatchStatus(
         id=batch.id, done=finished == len(documents), statuses=statuses, progress=progress, options=batch.options,
         callback_url=batch.callback_url, rejected=[Rejection.model_validate(item) for item in batch.rejected],
-        documents=[document_summary(request, document) for document in documents], created_at=batch.created_at,
+        documents=[document_summary_view(request, document) for document in documents], created_at=batch.created_at,
         finished_at=batch.finished_at)
 
 
-def summary_view(request: Request, batch: Batch) -> BatchSummary:
+def batch_summary_view(request: Request, batch: Batch) -> BatchSummary:
     return BatchSummary(id=batch.id, document_count=batch.document_count, rejected_count=len(batch.rejected),
                         created_at=batch.created_at, finished_at=batch.finished_at,
                         status_url=batch_url(request, batch.id))
 
 
 def newest_batches(session: Session, tenant: str, limit: int, cursor: str | None) -> tuple[list[Batch], str | None]:
-    """One page of the tenant's batches, newest first, keyset-paginated on (created_at, id) as documents are."""
-    query = select(Batch).where(Batch.tenant == tenant)
-    if cursor is not None:
-        created_at, last_id = decode_cursor(cursor)
-        query = query.where(or_(Batch.created_at < created_at, and_(Batch.created_at == created_at,
-                                                                    Batch.id < last_id)))
-    rows = list(session.scalars(query.order_by(Batch.created_at.desc(), Batch.id.desc()).limit(limit + 1)))
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return rows, encode_cursor(rows[-1]) if more else None  # type: ignore[arg-type]  # reads created_at and id
+    """One page of the tenant's batches as newest_first reads it."""
+    return newest_first(session, select(Batch).where(Batch.tenant == tenant), Batch, limit, cursor)
 
 
 def _region_counts(session: Session, batch_id: str) -> Counts:

@@ -32,6 +32,8 @@ RETRY_AFTER_S = 5
 
 
 class ErrorDetail(BaseModel):
+    """A stable `code` and a `message` for people: an error response's, and a failed document's or page's `error`."""
+
     code: str
     message: str
 

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
+from api.errors import ErrorDetail
+
 DocumentState = Literal["queued", "processing", "succeeded", "partial", "failed", "canceled"]
 PageState = Literal["queued", "processing", "succeeded", "failed"]
-
-
-class Problem(BaseModel):
-    code: str
-    message: str
+Item = TypeVar("Item")
 
 
 class DocumentAccepted(BaseModel):
@@ -54,7 +52,7 @@ class DocumentStatus(BaseModel):
     page_count: int | None
     options: dict[str, Any] = Field(description="the resolved processing options (the password is never shown)")
     progress: Progress
-    error: Problem | None
+    error: ErrorDetail | None
     timings: dict[str, float] = Field(description="milliseconds per stage")
     created_at: datetime
     started_at: datetime | None
@@ -69,15 +67,21 @@ class DocumentSummary(BaseModel):
     media_type: str | None
     size: int
     page_count: int | None
-    error: Problem | None
+    error: ErrorDetail | None
     created_at: datetime
     finished_at: datetime | None
     status_url: str
 
 
-class DocumentList(BaseModel):
-    items: list[DocumentSummary] = Field(description="newest first")
+class Listing(BaseModel, Generic[Item]):
+    """One page of a listing, newest first (api.queries.newest_first); subclassed to name each in /openapi.json."""
+
+    items: list[Item] = Field(description="newest first")
     next_cursor: str | None = Field(description="pass as `cursor` for the next page; null on the last page")
+
+
+class DocumentList(Listing[DocumentSummary]):
+    """The tenant's documents, a page at a time."""
 
 
 class PageResult(BaseModel):
@@ -86,7 +90,7 @@ class PageResult(BaseModel):
     number: int = Field(description="1-based, as people count pages; `index` is the 0-based index")
     index: int
     status: PageState = Field(description="the page's current state (the result schema only has final ones)")
-    error: Problem | None
+    error: ErrorDetail | None
     width_px: int | None
     height_px: int | None
     width_pt: float | None

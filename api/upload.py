@@ -25,13 +25,13 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 
 from api.errors import ApiError, validation_message
 from pipeline.documents.ingest import sniff
+from pipeline.jobs.batches import FORMATS, SNIFF_BYTES
 from pipeline.jobs.options import DocumentOptions
 from pipeline.storage import BlobStore, BlobWriter
 
 BODY_SLACK = 64 * 1024  # multipart framing and option fields, on top of the file's own limit
 FIELD_BYTES = 16 * 1024  # one option field at most (the longest option, callback_url, is 2048 characters)
 MAX_PARTS = 16
-SNIFF_BYTES = 1024  # sniff() finds a PDF header anywhere in the first 1024 bytes
 FLUSH_BYTES = 1 << 20  # file bytes collected before one write on a worker thread
 FILE_FIELD = "file"
 DEFAULT_FILENAME = "upload"
@@ -279,7 +279,7 @@ class _Form(MultipartForm[ReceivedUpload]):
             raise ApiError(422, "empty", "the file is empty (0 bytes)")
         media_type = sniff(bytes(head[:SNIFF_BYTES]))
         if media_type is None:
-            raise ApiError(415, "unsupported_format", "the file is not a PDF, TIFF, PNG, JPEG or WebP image")
+            raise ApiError(415, "unsupported_format", f"the file is not {FORMATS}")
         self._media_type = media_type
 
 

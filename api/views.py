@@ -4,16 +4,8 @@ from __future__ import annotations
 
 from fastapi import Request
 
-from api.schemas import (
-    Counts,
-    DocumentAccepted,
-    DocumentLinks,
-    DocumentStatus,
-    DocumentSummary,
-    PageResult,
-    Problem,
-    Progress,
-)
+from api.errors import ErrorDetail
+from api.schemas import Counts, DocumentAccepted, DocumentLinks, DocumentStatus, DocumentSummary, PageResult, Progress
 from pipeline.db.models import Document, Page, shown_options
 from pipeline.documents.assemble import MarkdownOptions, page_json
 from pipeline.jobs.rows import page_output, picture_links
@@ -23,13 +15,13 @@ def document_url(request: Request, document_id: str) -> str:
     return str(request.url_for("get_document", document_id=document_id))
 
 
-def accepted_view(request: Request, document: Document) -> DocumentAccepted:
+def document_accepted_view(request: Request, document: Document) -> DocumentAccepted:
     return DocumentAccepted(id=document.id, status=document.status, filename=document.filename,  # type: ignore[arg-type]
                             size=document.size_bytes, sha256=document.sha256, created_at=document.created_at,
                             status_url=document_url(request, document.id))
 
 
-def status_view(request: Request, document: Document, regions: tuple[int, int]) -> DocumentStatus:
+def document_status_view(request: Request, document: Document, regions: tuple[int, int]) -> DocumentStatus:
     """`regions` is (done, total) from region_counts."""
     result = request.url_for("get_result", document_id=document.id)
     return DocumentStatus(
@@ -46,7 +38,7 @@ def status_view(request: Request, document: Document, regions: tuple[int, int]) 
                             result_markdown=str(result.include_query_params(format="markdown"))))
 
 
-def summary_view(request: Request, document: Document) -> DocumentSummary:
+def document_summary_view(request: Request, document: Document) -> DocumentSummary:
     return DocumentSummary(id=document.id, filename=document.filename, status=document.status,  # type: ignore[arg-type]
                            media_type=document.media_type, size=document.size_bytes, page_count=document.page_count,
                            error=_problem(document), created_at=document.created_at,
@@ -64,7 +56,7 @@ def page_view(request: Request, page: Page) -> PageResult:
     return PageResult.model_validate(body)
 
 
-def _problem(document: Document) -> Problem | None:
+def _problem(document: Document) -> ErrorDetail | None:
     if document.error_code is None:
         return None
-    return Problem(code=document.error_code, message=document.error_message or document.error_code)
+    return ErrorDetail(code=document.error_code, message=document.error_message or document.error_code)

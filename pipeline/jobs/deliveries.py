@@ -28,7 +28,7 @@ from pipeline.webhooks import SIGNATURE_HEADER, Outcome, post, retry_delay, sign
 USER_AGENT = "Quire-Webhooks/1"
 
 
-def deliver(ctx: Context, delivery_id: str) -> None:
+def attempt_delivery(ctx: Context, delivery_id: str) -> None:
     """Make the delivery's scheduled attempt, record it, and send this stage again later when a retry is due."""
     with session_scope(ctx.db) as session:
         attempt = _scheduled(session, delivery_id)

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pipeline.config import Settings
 from pipeline.jobs.context import Context
-from pipeline.jobs.deliveries import deliver
+from pipeline.jobs.deliveries import attempt_delivery
 from pipeline.jobs.dispatch import Stage
 from pipeline.jobs.finalize import finalize_document
 from pipeline.jobs.ingest import ingest_document
@@ -54,7 +54,7 @@ GRAPH: dict[Stage, Node] = {
     "prepare": Node("cpu", "page_id", prepare_page, next=("recognize", "finalize")),  # or QUIRE_PREPARE_QUEUE's
     "recognize": Node("gpu", "page_id", recognize_page, next=("finalize",)),
     "finalize": Node("cpu", "document_id", finalize_document, next=("deliver",)),
-    "deliver": Node("cpu", "delivery_id", deliver, next=("deliver",), entry=True),
+    "deliver": Node("cpu", "delivery_id", attempt_delivery, next=("deliver",), entry=True),
 }
 
 

@@ -22,7 +22,7 @@ import pytest
 import uvicorn
 
 from pipeline.engine.engine import Engine
-from pipeline.engine.entrypoints.openai_server import create_app
+from pipeline.engine.entrypoints.openai_server import openai_app
 from tests.reference import random_image
 
 MODEL = "tiny"
@@ -46,7 +46,7 @@ def _free_port() -> int:
 def served(tiny_checkpoint) -> Iterator[Served]:
     engine = Engine.from_pretrained(tiny_checkpoint, max_num_seqs=8)
     port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(engine, MODEL), host="127.0.0.1", port=port,
+    server = uvicorn.Server(uvicorn.Config(openai_app(engine, MODEL), host="127.0.0.1", port=port,
                                            log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

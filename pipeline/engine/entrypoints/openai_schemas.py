@@ -177,5 +177,5 @@ class ErrorBody(BaseModel):
     param: str | None = None
 
 
-class ErrorResponse(BaseModel):
+class OpenAIErrorResponse(BaseModel):
     error: ErrorBody

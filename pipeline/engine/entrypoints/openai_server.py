@@ -44,9 +44,9 @@ from .openai_schemas import (
     ChunkDelta,
     ContentPart,
     ErrorBody,
-    ErrorResponse,
     ModelCard,
     ModelList,
+    OpenAIErrorResponse,
     TextPart,
     Usage,
 )
@@ -59,7 +59,7 @@ OPENAI_FINISH_REASONS = {"repetition": "stop"}
 DEFAULT_MAX_TOKENS = 1024
 
 
-class APIError(Exception):
+class RequestRefused(Exception):
     """A request the server refuses, rendered as OpenAI's `{"error": {...}}` body with `status`."""
 
     def __init__(self, status: int, code: str, message: str, param: str | None = None) -> None:
@@ -67,7 +67,7 @@ class APIError(Exception):
         self.status, self.code, self.message, self.param = status, code, message, param
 
 
-def create_app(engine: Engine, model_name: str, default_max_tokens: int = DEFAULT_MAX_TOKENS) -> FastAPI:
+def openai_app(engine: Engine, model_name: str, default_max_tokens: int = DEFAULT_MAX_TOKENS) -> FastAPI:
     """The app serving `engine` as `model_name`; `default_max_tokens` applies when a request sets no limit."""
     app = FastAPI(title="Quire engine (OpenAI-compatible)")
     _install_error_handlers(app)
@@ -84,8 +84,8 @@ def create_app(engine: Engine, model_name: str, default_max_tokens: int = DEFAUL
     @app.post("/v1/chat/completions", response_model=None)
     async def chat_completions(body: ChatCompletionRequest, raw: HttpRequest) -> ChatCompletion | StreamingResponse:
         if body.model and body.model != model_name:
-            raise APIError(404, "model_not_found", f"model {body.model!r} is not served here; this server serves "
-                           f"{model_name!r}", param="model")
+            raise RequestRefused(404, "model_not_found", f"model {body.model!r} is not served here; this server "
+                                 f"serves {model_name!r}", param="model")
         sequence = await _prepare(engine, to_engine_request(body, default_max_tokens))
         reply = _Reply(sequence.request_id, int(time.time()), model_name)
         if body.stream:
@@ -115,8 +115,8 @@ def _engine_message(message: ChatMessage) -> dict[str, Any]:
         return {"role": role, "content": message.content or ""}
     parts = [_engine_part(part) for part in message.content]
     if role != "user" and any(part["type"] == "image" for part in parts):
-        raise APIError(400, "invalid_request", f"images are only accepted in user messages, not {message.role}",
-                       param="messages")
+        raise RequestRefused(400, "invalid_request", f"images are only accepted in user messages, not {message.role}",
+                             param="messages")
     return {"role": role, "content": parts}
 
 
@@ -131,15 +131,15 @@ def decode_data_url(url: str) -> bytes:
     the server issue requests, and a crop the caller already holds has no reason to take a detour."""
     header, comma, payload = url.partition(",")
     if not url.startswith("data:") or not comma:
-        raise APIError(400, "invalid_image_url", "image_url must be a data URL such as data:image/png;base64,...; "
-                       "this server never fetches remote images", param="messages")
+        raise RequestRefused(400, "invalid_image_url", "image_url must be a data URL such as "
+                             "data:image/png;base64,...; this server never fetches remote images", param="messages")
     if not header.endswith(";base64"):
-        raise APIError(400, "invalid_image_url", "image data URLs must be base64-encoded", param="messages")
+        raise RequestRefused(400, "invalid_image_url", "image data URLs must be base64-encoded", param="messages")
     try:
         return base64.b64decode("".join(payload.split()), validate=True)
     except binascii.Error as exc:
-        raise APIError(400, "invalid_image_url", f"image data URL is not valid base64 ({exc})",
-                       param="messages") from exc
+        raise RequestRefused(400, "invalid_image_url", f"image data URL is not valid base64 ({exc})",
+                             param="messages") from exc
 
 
 async def _prepare(engine: Engine, request: Request) -> Sequence:
@@ -147,9 +147,9 @@ async def _prepare(engine: Engine, request: Request) -> Sequence:
     try:
         return await asyncio.to_thread(engine.prepare, request)
     except (ImageError, EngineError) as exc:
-        raise APIError(400, exc.code, str(exc), param="messages") from exc
+        raise RequestRefused(400, exc.code, str(exc), param="messages") from exc
     except (ValueError, TemplateError) as exc:  # e.g. a literal image placeholder typed into the text
-        raise APIError(400, "invalid_request", str(exc), param="messages") from exc
+        raise RequestRefused(400, "invalid_request", str(exc), param="messages") from exc
 
 
 async def _admitted(awaitable: Awaitable[T]) -> T:
@@ -157,7 +157,7 @@ async def _admitted(awaitable: Awaitable[T]) -> T:
     try:
         return await awaitable
     except EngineError as exc:
-        raise APIError(400, exc.code, str(exc)) from exc
+        raise RequestRefused(400, exc.code, str(exc)) from exc
 
 
 # -- responses ----------------------------------------------------------------------------------------
@@ -272,9 +272,9 @@ async def _prepend(first: Delta, rest: AsyncIterator[Delta]) -> AsyncIterator[De
 # -- errors -------------------------------------------------------------------------------------------
 
 
-def _error_body(status: int, code: str, message: str, param: str | None = None) -> ErrorResponse:
+def _error_body(status: int, code: str, message: str, param: str | None = None) -> OpenAIErrorResponse:
     kind = "invalid_request_error" if status < 500 else "server_error"
-    return ErrorResponse(error=ErrorBody(message=message, type=kind, code=code, param=param))
+    return OpenAIErrorResponse(error=ErrorBody(message=message, type=kind, code=code, param=param))
 
 
 def _error(status: int, code: str, message: str, param: str | None = None) -> JSONResponse:
@@ -294,8 +294,8 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
 def _install_error_handlers(app: FastAPI) -> None:
     """Every failure answers in OpenAI's error shape, so clients raise their typed exceptions."""
 
-    @app.exception_handler(APIError)
-    async def api_error(_: HttpRequest, exc: APIError) -> JSONResponse:
+    @app.exception_handler(RequestRefused)
+    async def refused(_: HttpRequest, exc: RequestRefused) -> JSONResponse:
         return _error(exc.status, exc.code, exc.message, exc.param)
 
     @app.exception_handler(RequestValidationError)
