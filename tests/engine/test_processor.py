@@ -6,12 +6,21 @@ import io
 import shutil
 import zlib
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
 
 from pipeline.engine.errors import CheckpointError
-from pipeline.engine.processor import TASK_IMAGE_SETTINGS, TASK_PROMPTS, ImageError, Processor, smart_resize
+from pipeline.engine.processor import (
+    TASK_IMAGE_SETTINGS,
+    TASK_PROMPTS,
+    ImageError,
+    ImageSettings,
+    Processor,
+    preprocess_image,
+    smart_resize,
+)
 from pipeline.samples.tiny_checkpoint import TinySpec
 from tests.reference import hf_inputs, hf_processor, random_image, user_turn
 
@@ -31,6 +40,19 @@ def test_pixels_grid_and_ids_are_bit_identical_to_transformers(processor, tiny_c
     assert torch.equal(ours.pixel_values, ref["pixel_values"])
     assert ours.grids == [tuple(g) for g in ref["image_grid_thw"].tolist()]
     assert ours.input_ids == ref["input_ids"][0].tolist()
+
+
+def test_normalisation_by_table_equals_rescale_then_normalise_under_any_mean_and_std():
+    """Each pixel is looked up by its byte; the arithmetic transformers does (rescale in float64, then (x - mean) /
+    std in float32) over the same bytes gives the same bits."""
+    settings = ImageSettings(min_pixels=56 * 56, mean=(0.481, 0.458, 0.408), std=(0.269, 0.261, 0.276))
+    image = random_image(56, 56, seed=7)
+    patches, grid = preprocess_image(image, settings)
+    rgb = torch.from_numpy(np.asarray(image.convert("RGB"), dtype=np.float64)).permute(2, 0, 1)
+    scaled = (rgb * settings.rescale_factor).float()
+    normed = (scaled - torch.tensor(settings.mean)[:, None, None]) / torch.tensor(settings.std)[:, None, None]
+    expected = normed.reshape(3, 4, 14, 4, 14).permute(1, 3, 0, 2, 4).reshape(16, 3, 14, 14)
+    assert grid == (1, 4, 4) and torch.equal(patches, expected)
 
 
 def test_two_images_in_one_prompt_match_transformers(processor, tiny_checkpoint):
