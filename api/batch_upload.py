@@ -30,7 +30,8 @@ from api.upload import (
 )
 from pipeline.archives import ArchiveKind, Rejected, archive_kind
 from pipeline.config import Settings
-from pipeline.jobs.batches import SNIFF_BYTES, BatchUpload, SpooledArchive, StagedDocument, unreadable
+from pipeline.documents.ingest import SNIFF_BYTES
+from pipeline.jobs.batches import BatchUpload, SpooledArchive, StagedDocument, unreadable
 from pipeline.storage import BlobStore, BlobWriter
 
 

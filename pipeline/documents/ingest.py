@@ -25,7 +25,8 @@ MediaType = Literal["application/pdf", "image/tiff", "image/png", "image/jpeg", 
 _PIL_FORMATS: dict[str, str] = {"image/tiff": "TIFF", "image/png": "PNG", "image/jpeg": "JPEG", "image/webp": "WEBP"}
 
 # Acrobat accepts a PDF header anywhere in the first 1024 bytes (some producers prepend junk); so do we.
-_PDF_HEADER_WINDOW = 1024
+SNIFF_BYTES = 1024  # what a caller reads for sniff()
+FORMATS = "a PDF, TIFF, PNG, JPEG or WebP image"  # what sniff() recognises, for messages
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,7 @@ def sniff(data: bytes) -> MediaType | None:
         return "image/webp"
     if head[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"):  # classic TIFF and BigTIFF
         return "image/tiff"
-    if b"%PDF-" in data[:_PDF_HEADER_WINDOW]:
+    if b"%PDF-" in data[:SNIFF_BYTES]:
         return "application/pdf"
     return None
 

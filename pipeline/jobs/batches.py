@@ -23,14 +23,11 @@ from pipeline.archives import ArchiveKind, ArchiveLimits, Member, Rejected, arch
 from pipeline.config import Settings
 from pipeline.db.models import Batch
 from pipeline.db.session import session_scope
-from pipeline.documents.ingest import sniff
+from pipeline.documents.ingest import FORMATS, SNIFF_BYTES, sniff
 from pipeline.jobs.intake import accept_upload
 from pipeline.jobs.options import DocumentOptions
 from pipeline.storage import BlobStore, BlobTooLarge, BlobWriter, read_chunks
 from pipeline.webhooks import HostNotFound, check_url
-
-SNIFF_BYTES = 1024  # sniff() finds a PDF header anywhere in the first 1024 bytes
-FORMATS = "a PDF, TIFF, PNG, JPEG or WebP image"
 
 
 @dataclass
