@@ -143,8 +143,8 @@ def _load_scheme(directory: Path, quantization: str, group_size: int | None) -> 
 def _place(model: nn.Module, quantized: dict[str, QuantizedLinear], target: Target, tensor: torch.Tensor,
            device: str | torch.device, dtype: torch.dtype) -> None:
     module = quantized.get(target.parameter)
-    if module is None:
-        _assign(model, target, tensor.to(device=device, dtype=dtype))
+    if module is None:  # a copy even in the file's dtype: a view would keep the file mapped (~1.5 GB of RSS)
+        _assign(model, target, tensor.to(device=device, dtype=dtype, copy=True))
         return
     stored = {target.component: tensor} if target.component else module.scheme.quantize(tensor)
     for name, part in stored.items():

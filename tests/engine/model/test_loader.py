@@ -58,6 +58,14 @@ def test_loads_in_each_dtype_with_nothing_left_on_meta(tiny_checkpoint, dtype):
     assert not any(p.is_meta for p in model.parameters())
 
 
+def test_a_loaded_model_keeps_no_checkpoint_file_mapped(tiny_checkpoint):
+    """Tensors in the file's dtype are copied, not viewed: a view would keep the whole file mapped, counted in the
+    process's memory (and a container's) beside the weights."""
+    model = load_model(tiny_checkpoint, dtype=torch.float32)  # the tiny checkpoint is stored in fp32
+    assert str(tiny_checkpoint / "model.safetensors") not in Path("/proc/self/maps").read_text()
+    assert not any(p.is_meta for p in model.parameters())
+
+
 def test_sharded_checkpoint_with_index_loads_the_same(tiny_checkpoint, tmp_path):
     shutil.copytree(tiny_checkpoint, tmp_path, dirs_exist_ok=True)
     tensors = load_file(tmp_path / "model.safetensors")
