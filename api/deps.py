@@ -26,5 +26,5 @@ def current_tenant(
     return tenant_for_key(app_context(request).db, credentials)
 
 
-ServicesDep = Annotated[Context, Depends(app_context)]
+ContextDep = Annotated[Context, Depends(app_context)]
 TenantId = Annotated[str, Depends(current_tenant)]

@@ -26,7 +26,7 @@ from api.batch_views import (
     newest_batches,
     owned_batch,
 )
-from api.deps import ServicesDep, TenantId
+from api.deps import ContextDep, TenantId
 from api.errors import ApiError, error_responses
 from api.upload import form_options, receive_form
 from pipeline.archives import ArchiveRefused
@@ -39,7 +39,7 @@ router = APIRouter(prefix="/v1/batches", tags=["batches"])
 
 @router.post("", status_code=202, response_model=BatchAccepted, openapi_extra=batch_openapi(),
              responses=error_responses(400, 413, 422))
-async def create_batch(request: Request, response: Response, services: ServicesDep, tenant: TenantId) -> BatchAccepted:
+async def create_batch(request: Request, response: Response, services: ContextDep, tenant: TenantId) -> BatchAccepted:
     """Upload several documents, or one archive of them, as one batch; answered once all of it is durable."""
     settings = services.settings
     received = await receive_form(request, BatchForm(services.blobs, settings), settings.max_archive_bytes)
@@ -61,7 +61,7 @@ async def create_batch(request: Request, response: Response, services: ServicesD
 
 @router.get("", response_model=BatchList, responses=error_responses(400, 422))
 def list_batches(
-    request: Request, services: ServicesDep, tenant: TenantId, limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    request: Request, services: ContextDep, tenant: TenantId, limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page")] = None,
 ) -> BatchList:
     """The tenant's batches, newest first."""
@@ -71,7 +71,7 @@ def list_batches(
 
 
 @router.get("/{batch_id}", response_model=BatchStatus, responses=error_responses(404, 422))
-def get_batch(request: Request, services: ServicesDep, tenant: TenantId, batch_id: str) -> BatchStatus:
+def get_batch(request: Request, services: ContextDep, tenant: TenantId, batch_id: str) -> BatchStatus:
     """The batch's documents by status, their pages and regions summed, and the files it rejected."""
     with session_scope(services.db) as session:
         return batch_status_view(request, session, owned_batch(session, tenant, batch_id))

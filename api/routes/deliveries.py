@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from sqlalchemy import select
 
-from api.deps import ServicesDep, TenantId
+from api.deps import ContextDep, TenantId
 from api.errors import error_responses
 from api.queries import owned_document
 from api.schemas import DeliveryAttempt, DeliveryList
@@ -16,7 +16,7 @@ router = APIRouter(prefix="/v1/documents", tags=["webhooks"])
 
 
 @router.get("/{document_id}/deliveries", response_model=DeliveryList, responses=error_responses(404, 422))
-def list_deliveries(services: ServicesDep, tenant: TenantId, document_id: str) -> DeliveryList:
+def list_deliveries(services: ContextDep, tenant: TenantId, document_id: str) -> DeliveryList:
     """The document's webhook delivery attempts, newest first; a failed one says why and when the retry is due."""
     with session_scope(services.db) as session:
         owned_document(session, tenant, document_id)

@@ -19,7 +19,7 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from PIL import Image
 
-from api.deps import ServicesDep, TenantId
+from api.deps import ContextDep, TenantId
 from api.errors import ApiError, error_responses
 from api.queries import newest_documents, owned_document, owned_page
 from api.schemas import DocumentAccepted, DocumentList, DocumentState, DocumentStatus, PageResult
@@ -42,7 +42,7 @@ RESULT_MEDIA_TYPES = {"json": "application/json", "markdown": "text/markdown; ch
              responses={200: {"model": DocumentAccepted, "description": "The upload repeats an existing document"},
                         **error_responses(400, 409, 413, 415, 422)})
 async def create_document(
-    request: Request, response: Response, services: ServicesDep, tenant: TenantId,
+    request: Request, response: Response, services: ContextDep, tenant: TenantId,
     idempotency_key: Annotated[str | None, Header(max_length=256, description=(
         "Retry-safe uploads: the same key with the same request returns the first document (200); "
         "with a different file, name or options it is a 409 `idempotency_conflict`"))] = None,
@@ -72,7 +72,7 @@ async def create_document(
 
 @router.get("", response_model=DocumentList, responses=error_responses(400, 422))
 def list_documents(
-    request: Request, services: ServicesDep, tenant: TenantId, status: DocumentState | None = None,
+    request: Request, services: ContextDep, tenant: TenantId, status: DocumentState | None = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page")] = None,
 ) -> DocumentList:
@@ -83,7 +83,7 @@ def list_documents(
 
 
 @router.get("/{document_id}", response_model=DocumentStatus, responses=error_responses(404, 422))
-def get_document(request: Request, services: ServicesDep, tenant: TenantId, document_id: str) -> DocumentStatus:
+def get_document(request: Request, services: ContextDep, tenant: TenantId, document_id: str) -> DocumentStatus:
     """Status and progress."""
     with session_scope(services.db) as session:
         document = owned_document(session, tenant, document_id)
@@ -94,7 +94,7 @@ def get_document(request: Request, services: ServicesDep, tenant: TenantId, docu
     200: {"content": {media_type: {} for media_type in RESULT_MEDIA_TYPES.values()},
           "description": "The JSON (pipeline/documents/result.schema.json) or the Markdown"},
     **error_responses(404, 409, 422)})
-def get_result(services: ServicesDep, tenant: TenantId, document_id: str,
+def get_result(services: ContextDep, tenant: TenantId, document_id: str,
                format: Literal["json", "markdown"] = "json") -> StreamingResponse:
     """The finished document; 409 `not_ready` until it is succeeded, partial or failed."""
     with session_scope(services.db) as session:
@@ -107,7 +107,7 @@ def get_result(services: ServicesDep, tenant: TenantId, document_id: str,
 
 
 @router.get("/{document_id}/pages/{number}", response_model=PageResult, responses=error_responses(404, 422))
-def get_page(request: Request, services: ServicesDep, tenant: TenantId, document_id: str, number: int) -> PageResult:
+def get_page(request: Request, services: ContextDep, tenant: TenantId, document_id: str, number: int) -> PageResult:
     """Page `number`, counted from 1, with its regions as far as they are recognised."""
     with session_scope(services.db) as session:
         return page_view(request, owned_page(session, tenant, document_id, number))
@@ -116,7 +116,7 @@ def get_page(request: Request, services: ServicesDep, tenant: TenantId, document
 @router.get("/{document_id}/pages/{number}/image", response_class=StreamingResponse,
             responses={200: {"content": {"image/png": {}}, "description": "The rendered page"},
                        **error_responses(404, 422)})
-def get_page_image(services: ServicesDep, tenant: TenantId, document_id: str, number: int) -> StreamingResponse:
+def get_page_image(services: ContextDep, tenant: TenantId, document_id: str, number: int) -> StreamingResponse:
     """The rendered page image (PNG); 404 `page_image_not_ready` until the page is rendered."""
     with session_scope(services.db) as session:
         key = owned_page(session, tenant, document_id, number).image_key
@@ -127,7 +127,7 @@ def get_page_image(services: ServicesDep, tenant: TenantId, document_id: str, nu
 @router.get("/{document_id}/pages/{number}/regions/{order}/image", response_class=Response,
             responses={200: {"content": {"image/png": {}}, "description": "The region's crop"},
                        **error_responses(404, 422)})
-def get_region_image(services: ServicesDep, tenant: TenantId, document_id: str, number: int, order: int) -> Response:
+def get_region_image(services: ContextDep, tenant: TenantId, document_id: str, number: int, order: int) -> Response:
     """The crop of the region whose `order` (as the page's JSON has it) this is, margin included (PNG): the pixels
     `quire process` saves for a picture and the model reads for any other region, so a picture in the Markdown and
     a reviewer's doubt about a region's text are both answered here. Cut from the page image when asked, not
@@ -149,7 +149,7 @@ def get_region_image(services: ServicesDep, tenant: TenantId, document_id: str, 
 
 
 @router.post("/{document_id}/cancel", response_model=DocumentStatus, responses=error_responses(404, 409, 422))
-def cancel(request: Request, services: ServicesDep, tenant: TenantId, document_id: str) -> DocumentStatus:
+def cancel(request: Request, services: ContextDep, tenant: TenantId, document_id: str) -> DocumentStatus:
     """Stop the document's work: pages not started are skipped, its regions in the engine are aborted, and no
     result is written after this answers. Canceling a canceled document is fine; a finished one is a 409."""
     try:
@@ -164,7 +164,7 @@ def cancel(request: Request, services: ServicesDep, tenant: TenantId, document_i
 
 
 @router.delete("/{document_id}", status_code=204, response_class=Response, responses=error_responses(404, 422))
-def remove_document(services: ServicesDep, tenant: TenantId, document_id: str) -> Response:
+def remove_document(services: ContextDep, tenant: TenantId, document_id: str) -> Response:
     """Delete the document, its pages and results, and its blobs that no other document shares."""
     if not delete_document(services.db, services.blobs, tenant, document_id):
         raise ApiError(404, "document_not_found", f"no document {document_id}")

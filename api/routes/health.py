@@ -14,7 +14,7 @@ from fastapi import APIRouter, Response
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
-from api.deps import ServicesDep
+from api.deps import ContextDep
 from api.schemas import Health
 from pipeline.db.errors import database_unavailable
 from pipeline.jobs.context import Context
@@ -24,7 +24,7 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/health", response_model=Health)
-def health(services: ServicesDep) -> Health:
+def health(services: ContextDep) -> Health:
     with services.db.connect() as connection:
         connection.execute(text("SELECT 1"))
     return Health(status="ok")
@@ -36,7 +36,7 @@ def healthz() -> Health:
 
 
 @router.get("/readyz", response_model=Health, responses={503: {"model": Health}})
-def readyz(services: ServicesDep, response: Response) -> Health:
+def readyz(services: ContextDep, response: Response) -> Health:
     """Ready when the database and (in the distributed mode) the broker answer and no recognition host says its
     model does not load; 503 with what failed otherwise."""
     broker = _broker(services)

@@ -12,7 +12,7 @@ from pathlib import Path
 from fastapi import APIRouter
 from fastapi.responses import FileResponse, HTMLResponse
 
-from api.deps import ServicesDep, TenantId
+from api.deps import ContextDep, TenantId
 from api.errors import ApiError, error_responses
 from api.markdown_html import markdown_html
 from api.queries import owned_page
@@ -41,7 +41,7 @@ def asset(name: str) -> FileResponse:
 @router.get("/v1/documents/{document_id}/pages/{number}/html", response_class=HTMLResponse, tags=["documents"],
             responses={200: {"content": {"text/html": {}}, "description": "An HTML fragment"},
                        **error_responses(404, 422)})
-def get_page_html(services: ServicesDep, tenant: TenantId, document_id: str, number: int) -> HTMLResponse:
+def get_page_html(services: ContextDep, tenant: TenantId, document_id: str, number: int) -> HTMLResponse:
     """Page `number`'s Markdown as sanitized HTML: tables kept, formulas as MathML, pictures as images of their
     crops, every other tag the recognised text holds shown as text."""
     with session_scope(services.db) as session:
