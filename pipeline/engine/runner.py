@@ -17,7 +17,7 @@ import torch
 
 from . import step_batch
 from .attention import Chunk, FusedPagedAttention, PagedAttention, PagedKVCache, VarlenAttention
-from .cpu_kernels import extension_module
+from .cpu_kernels import KernelVisionAttention, extension_module, vision_kernel_usable
 from .cuda_graphs import DecodeGraphs
 from .encoder_cache import EncoderCache
 from .model.paddleocr_vl import PaddleOCRVL, SplitAttention
@@ -128,6 +128,8 @@ class ModelRunner:
         grids = [grid for _, grid in misses.values()]
         pixels = torch.cat([pixels for pixels, _ in misses.values()])
         attend = VarlenAttention if self.backend == "triton" else SplitAttention
+        if attend is SplitAttention and vision_kernel_usable(self.model.dtype, self.model.device):
+            attend = KernelVisionAttention
         embeds = self.model.encode_images(pixels, grids, attend)
         self.tower_calls += 1
         self.tower_images += len(misses)

@@ -15,3 +15,8 @@ torch::Tensor int4_linear(torch::Tensor x, torch::Tensor qweight, torch::Tensor 
                           int64_t group_size, int64_t n);
 
 std::vector<int64_t> bind_omp_threads(const std::vector<int64_t>& cpus);
+
+torch::Tensor vision_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, std::vector<int64_t> lengths,
+                               double scale);
+
+bool vision_attention_supported();

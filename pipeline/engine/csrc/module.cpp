@@ -5,4 +5,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("int8_linear", &int8_linear, "x @ W.T for an int8 weight in 16-column panels (CPU, fp32 x)");
   m.def("int4_linear", &int4_linear, "x @ W.T for a grouped int4 weight in 16-column panels (CPU, fp32 x)");
   m.def("bind_omp_threads", &bind_omp_threads, "bind OpenMP thread i of the caller's team to cpus[i]");
+  m.def("vision_attention", &vision_attention, "attention within each frame of a packed vision batch (CPU, bf16)");
+  m.def("vision_attention_supported", &vision_attention_supported,
+        "whether this build has the vision attention kernel (AVX512-BF16)");
 }
