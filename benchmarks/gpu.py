@@ -3,7 +3,8 @@
 Sections: versions; parity (the fused path on the device against the CPU engine in fp32, and bf16 against
 transformers); the vision tower for a page and for 64 crops; the layout model per page at batch 1 and 16; decode
 steps at 32/128/256 sequences split into schedule / host prep / forward / sample / update; end-to-end output tok/s
-and regions/s on region-crop requests; one profiled decode step (kernel count, CPU and GPU time). The real 0.9B
+and regions/s on region-crop requests; one profiled decode step (kernel count, CPU and GPU time); int8 and int4
+weights against bf16 (tok/s, weight bytes, logit error) on a real-shape checkpoint written there. The real 0.9B
 shape is built with random weights on the device (no weights can travel to it). Each section appends one JSON object
 to `--out` as soon as it ends, so a run cut short still leaves data. `--device cpu --small` runs every section at
 tiny size (the fused attention under Triton's interpreter), which is how the test suite keeps this script working.
@@ -12,26 +13,40 @@ tiny size (the fused attention under Triton's interpreter), which is how the tes
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from benchmarks.engine_throughput import workload
+from benchmarks.engine_throughput import engine_round, logit_rel_err, workload
 from pipeline.engine.attention import VarlenAttention
 from pipeline.engine.engine import Engine, EngineConfig
 from pipeline.engine.model.config import ModelConfig
 from pipeline.engine.model.paddleocr_vl import PaddleOCRVL
+from pipeline.engine.model.quantization import QuantizedLinear, quantized_weight_bytes
 from pipeline.engine.processor import Processor
 from pipeline.engine.request import Request
 from pipeline.samples.images import sample_image
 from pipeline.samples.tiny_checkpoint import TinySpec, write_tiny_checkpoint
+
+SIDE_KV_CACHE = 1 << 30  # engines beside the shared one: unsized, each would take most of the free device memory
+
+
+def release(engine: Engine) -> None:
+    """Stop the engine's loop and hand its device memory back, so later sections get it."""
+    engine.close()
+    del engine
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 class Bench:
@@ -39,6 +54,7 @@ class Bench:
 
     def __init__(self, args: argparse.Namespace, tmp: Path) -> None:
         self.device = torch.device(args.device)
+        self.tmp = tmp
         self.small = args.small
         self.tiny = write_tiny_checkpoint(tmp / "tiny")
         self.shape = write_tiny_checkpoint(tmp / "bench", TinySpec.bench()) if args.small else None
@@ -109,9 +125,11 @@ def parity(bench: Bench) -> dict:
     images = [Request(prompt="OCR:", images=[sample_image(200 + 60 * i, 60, text=f"crop {i}")], max_tokens=24,
                       ignore_eos=True) for i in range(2 if bench.small else 4)]
     requests = text[:2] + images[:1] if bench.small else text + images
-    device = Engine.from_pretrained(bench.tiny, device=str(bench.device), dtype="float32", attention="triton")
+    device = Engine.from_pretrained(bench.tiny, device=str(bench.device), dtype="float32", attention="triton",
+                                    kv_cache_memory=SIDE_KV_CACHE)
     cpu = Engine.from_pretrained(bench.tiny, device="cpu", dtype="float32", attention="torch")
     ours, reference = device.generate(requests), cpu.generate(requests)
+    release(device)
     result = {"fp32_equal_to_cpu": sum(a.token_ids == b.token_ids for a, b in zip(ours, reference, strict=True)),
               "fp32_requests": len(requests)}
     return result | bf16_agreement(bench, text[:1] if bench.small else text, "text") | (
@@ -122,7 +140,8 @@ def bf16_agreement(bench: Bench, requests: list[Request], kind: str) -> dict:
     """Share of greedy tokens equal to transformers' in bf16 before the first divergence (bf16 ties differ early)."""
     from transformers import AutoProcessor, PaddleOCRVLForConditionalGeneration
 
-    engine = Engine.from_pretrained(bench.tiny, device=str(bench.device), dtype="bfloat16")
+    engine = Engine.from_pretrained(bench.tiny, device=str(bench.device), dtype="bfloat16",
+                                    kv_cache_memory=SIDE_KV_CACHE)
     processor = AutoProcessor.from_pretrained(str(bench.tiny))
     model = PaddleOCRVLForConditionalGeneration.from_pretrained(str(bench.tiny), dtype=torch.bfloat16)
     model = model.to(bench.device).eval()
@@ -138,6 +157,7 @@ def bf16_agreement(bench: Bench, requests: list[Request], kind: str) -> dict:
         ref = generated[0, inputs["input_ids"].shape[1]:].tolist()
         agreed += next((i for i, (a, b) in enumerate(zip(out.token_ids, ref, strict=False)) if a != b), len(ref))
         total += len(ref)
+    release(engine)
     return {f"bf16_{kind}_tokens_agreeing": agreed, f"bf16_{kind}_tokens": total}
 
 
@@ -256,9 +276,40 @@ def profiled_step(bench: Bench, engine: Engine) -> dict:
             "cpu_ops_ms": round(cpu_us / 1000, 2)}
 
 
+def quantized(bench: Bench) -> dict:
+    """Weight-only int8 and int4 against the bf16 engine on one checkpoint: end-to-end output tok/s on region crops,
+    the quantized layers' bytes, and the logit error over the first decode steps (eager: a replayed graph's logits
+    cannot be observed)."""
+    directory = bench.shape or write_tiny_checkpoint(bench.tmp / "real", TinySpec.real_shapes())
+    items, probe = workload(8 if bench.small else 64, seed=2, tokens=32 if bench.small else 128), workload(4, 3, 8)
+    reference, result = None, {}
+    for variant in ("none", "int8", "int8_dequantized", "int4"):
+        method = variant.removesuffix("_dequantized")
+        engine = Engine.from_pretrained(directory, device=str(bench.device), dtype="bfloat16", quantization=method,
+                                        max_num_seqs=len(items), kv_cache_memory=(64 if bench.small else 4096) << 20)
+        if variant != method:  # every call through the dequantized weight instead of the int kernel
+            for module in engine.model.modules():
+                if isinstance(module, QuantizedLinear):
+                    module.kernel = False
+        engine_round(engine, items[:2])
+        result[variant] = {"tok_s": round(engine_round(engine, items), 1),
+                           "weight_bytes": quantized_weight_bytes(engine.model)}
+        if reference is None:
+            reference = engine
+            continue
+        graphs = reference.runner.graphs, engine.runner.graphs
+        reference.runner.graphs = engine.runner.graphs = None
+        result[variant] |= {"logit_rel_err": round(logit_rel_err(reference, engine, probe, 8), 5),
+                            "vs_bf16": round(result[variant]["tok_s"] / result["none"]["tok_s"], 3)}
+        reference.runner.graphs, engine.runner.graphs = graphs
+        release(engine)
+    release(reference)
+    return result | {"requests": len(items)}
+
+
 SECTIONS: dict[str, Callable[[Bench], dict]] = {
     "versions": versions, "parity": parity, "vision": vision, "layout": layout, "decode": decode,
-    "end_to_end": end_to_end, "profile": profile}
+    "end_to_end": end_to_end, "profile": profile, "quantized": quantized}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -279,7 +330,8 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 record = SECTIONS[name](bench)
             except Exception as exc:  # one broken section must not cost the others' figures
-                record, failed = {"error": f"{type(exc).__name__}: {exc}"}, failed + 1
+                record, failed = {"error": f"{type(exc).__name__}: {exc}",
+                                  "where": traceback.format_exc().splitlines()[-7:-1]}, failed + 1
             record = {"section": name, **record, "seconds": round(time.perf_counter() - started, 2)}
             with args.out.open("a") as out:
                 out.write(json.dumps(record) + "\n")

@@ -27,3 +27,6 @@ def test_every_section_runs_at_tiny_size_on_the_cpu_and_appends_its_line(tmp_pat
         assert phases["tok_s"] > 0
     assert records["end_to_end"]["output_tokens"] > 0 and records["vision"]["crops"] == 4
     assert records["layout"]["batch_16_ms_per_page"] > 0 and records["profile"]["eager"]["wall_ms"] > 0
+    quantized = records["quantized"]
+    assert quantized["int4"]["weight_bytes"] < quantized["int8"]["weight_bytes"] < quantized["none"]["weight_bytes"]
+    assert 0 < quantized["int8"]["logit_rel_err"] < quantized["int4"]["logit_rel_err"] < 1
