@@ -7,8 +7,9 @@ settings (benchmarks/stack.py FAST: 40 dpi, the `pdf` layout, no text layer, 4 t
 
 (a) is what `quire process` does (pipeline/cli.py `_process_all`): one engine in this process, each file through
 process_file with its pages streamed through the window, the outputs written by a DocumentWriter. (b) uploads
-every document at once from `--clients` clients to `quire serve` with a CPU and a GPU worker (benchmarks/stack.py);
-its wall time runs from the first upload to the last document's `finished_at`.
+every document at once from `--clients` clients to `quire serve` with a CPU and a GPU worker (benchmarks/stack.py),
+pages prepared on the queue `--prepare-queue` names; its wall time runs from the first upload to the last document's
+`finished_at`.
 
 For each: pages/s and regions/s over the wall time; engine_busy_share, the engine's busy time (Engine.stats()
 busy_ms, the time spent in step(); read in (b) from the GPU worker's metrics port) over the same wall time.
@@ -154,6 +155,10 @@ def main() -> int:
     parser.add_argument("--cpu-processes", type=int, default=2, help="the CPU worker's --concurrency in (b)")
     parser.add_argument("--gpu-threads", type=int, default=gpu_threads(Settings()),
                         help="the GPU worker's --concurrency in (b): pages whose regions share the engine at once")
+    parser.add_argument("--prepare-queue", choices=("cpu", "gpu"), default="cpu",
+                        help="QUIRE_PREPARE_QUEUE in (b): cpu (the default) prepares pages on the CPU worker and "
+                             "sends them on by Redis; gpu on the GPU worker, which recognises each in the thread "
+                             "that prepared it")
     parser.add_argument("--model", type=Path, default=None, help="checkpoint directory (default: a tiny one)")
     args = parser.parse_args()
     exit_on_sigterm()
@@ -167,7 +172,8 @@ def main() -> int:
             model = write_tiny_checkpoint(root / "tiny-checkpoint")
         a = in_process(model, measured, warmup, root)
         (root / "stack").mkdir()
-        with distributed_stack(root / "stack", model, args.cpu_processes, args.gpu_threads) as stack:
+        with distributed_stack(root / "stack", model, args.cpu_processes, args.gpu_threads,
+                               QUIRE_PREPARE_QUEUE=args.prepare_queue) as stack:
             b = distributed(stack, measured, warmup, args.clients)
     figures = report(a, b)
     for label, side in (("(a) quire process", a), ("(b) distributed", b)):

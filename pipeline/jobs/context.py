@@ -8,10 +8,12 @@ and the recognizer are loaded once and shared by every task the process runs, on
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from PIL import Image
 from sqlalchemy import Engine
 
 from pipeline.config import Settings
@@ -37,6 +39,31 @@ class RecognitionHost(Protocol):
         ...
 
 
+class PageImages:
+    """Page images that prepare leaves for the recognize it runs inline (handoff.hand_on), by image key: recognition
+    crops the image prepare rendered instead of reading its PNG back and decoding it. The key names the PNG's bytes,
+    so an image found here is the one stored. Bounded, oldest out: a recognize that returns before taking its image
+    (the document was deleted meanwhile) leaves it behind."""
+
+    def __init__(self, capacity: int = 16) -> None:
+        self.capacity = capacity
+        self._images: OrderedDict[str, Image.Image] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def put(self, key: str, image: Image.Image) -> None:
+        with self._lock:
+            self._images[key] = image
+            while len(self._images) > self.capacity:
+                self._images.popitem(last=False)
+
+    def take(self, key: str) -> Image.Image | None:
+        with self._lock:
+            return self._images.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._images)
+
+
 @dataclass
 class Context:
     settings: Settings
@@ -44,6 +71,7 @@ class Context:
     blobs: BlobStore
     dispatcher: Dispatcher
     recognition: RecognitionHost | None = None  # GPU workers only
+    page_images: PageImages = field(default_factory=PageImages, repr=False)
     _layouts: dict[str, LayoutBackend] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 

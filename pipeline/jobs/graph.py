@@ -4,6 +4,9 @@ it may send next.
     ingest(document) → prepare(page), one per page → recognize(page) when a region needs the model
       → finalize(document) after the last page → deliver(webhook delivery), and deliver again for each retry
 
+With QUIRE_PREPARE_QUEUE=gpu, prepare and recognize share the `gpu` queue, and a prepared page goes on to
+recognize in the same thread (the edge is `inline`): no broker round trip, the page image still in memory.
+
 Everything else reads this table: the Celery routes and tasks (workers/celery_app.py, workers/tasks.py), the
 embedded workers' pools (workers/embedded.py), `run_stage`, and every send, which goes through
 pipeline/jobs/handoff.py and is refused unless it is an edge here. tests/jobs/test_graph.py walks it.
@@ -28,6 +31,7 @@ from pipeline.jobs.context import Context
 from pipeline.jobs.deliveries import attempt_delivery
 from pipeline.jobs.dispatch import Stage
 from pipeline.jobs.finalize import finalize_document
+from pipeline.jobs.handoff import take_inline
 from pipeline.jobs.ingest import ingest_document
 from pipeline.jobs.prepare import prepare_page
 from pipeline.jobs.recognize import recognize_page
@@ -44,6 +48,7 @@ class Node:
     key: str  # the id it runs on, and is idempotent by; its log lines carry it under this name
     run: Callable[[Context, Any], None]
     next: tuple[Stage, ...] = ()  # what it may send: refused otherwise
+    inline: tuple[Stage, ...] = ()  # of those, what runs in its thread when both share a queue (handoff.hand_on)
     entry: bool = False  # whether work may begin here from outside the graph (an upload, a cancel's webhook)
 
 
@@ -51,7 +56,8 @@ START: Stage = "ingest"  # where a document's work begins, and begins again when
 
 GRAPH: dict[Stage, Node] = {
     "ingest": Node("cpu", "document_id", ingest_document, next=("prepare", "finalize"), entry=True),
-    "prepare": Node("cpu", "page_id", prepare_page, next=("recognize", "finalize")),  # or QUIRE_PREPARE_QUEUE's
+    "prepare": Node("cpu", "page_id", prepare_page, next=("recognize", "finalize"),  # or QUIRE_PREPARE_QUEUE's
+                    inline=("recognize",)),
     "recognize": Node("gpu", "page_id", recognize_page, next=("finalize",)),
     "finalize": Node("cpu", "document_id", finalize_document, next=("deliver",)),
     "deliver": Node("cpu", "delivery_id", attempt_delivery, next=("deliver",), entry=True),
@@ -73,12 +79,15 @@ def run_stage(ctx: Context, stage: Stage, key: str | int) -> None:
     try:
         node.run(ctx, key)
     except Exception as exc:
+        take_inline()
         code = getattr(exc, "code", None)  # a typed error (a checkpoint that does not load): its code, no traceback
         coded = {"code": code} if code else {}
         log.warning("%s %s raised: %s", stage, key, exc, exc_info=code is None,
                     extra={**fields, "outcome": "raised", "duration_ms": _since(started), **coded})
         raise
     log.info("%s %s done", stage, key, extra={**fields, "outcome": "done", "duration_ms": _since(started)})
+    for next_stage, next_key in take_inline():
+        run_stage(ctx, next_stage, next_key)
 
 
 def _since(started: float) -> float:

@@ -19,7 +19,7 @@ from pipeline.documents.layout_weights import LayoutModelUnavailable
 from pipeline.documents.process import FinishedPage, LaidOutPage, ProcessOptions, lay_out, page_problem
 from pipeline.documents.results import PageOutput, Problem
 from pipeline.jobs.context import Context
-from pipeline.jobs.handoff import hand_off
+from pipeline.jobs.handoff import hand_off, hand_on
 from pipeline.jobs.pages import OPEN_PAGE, finish_page, keep_blobs, process_options, wanted
 from pipeline.jobs.rows import region_row
 
@@ -55,7 +55,8 @@ def prepare_page(ctx: Context, page_id: int) -> None:
         page.status = "processing"
         complete = False if pending else finish_page(session, page_id, document.id, page_problem(outputs))
     if pending:
-        hand_off(ctx.dispatcher, "prepare", "recognize", page_id)
+        if hand_on(ctx, "prepare", "recognize", page_id):
+            ctx.page_images.put(image_key, laid_out.page.image)
     elif complete:
         hand_off(ctx.dispatcher, "prepare", "finalize", document.id)
 
@@ -63,7 +64,7 @@ def prepare_page(ctx: Context, page_id: int) -> None:
 def _pass_on(ctx: Context, page_id: int, state: str, document_id: str) -> None:
     """A re-delivered task for a page that has moved on: send the page's next stage again, which is idempotent."""
     if state == "processing":
-        hand_off(ctx.dispatcher, "prepare", "recognize", page_id)
+        hand_on(ctx, "prepare", "recognize", page_id)
     elif state not in OPEN_PAGE:
         hand_off(ctx.dispatcher, "prepare", "finalize", document_id)  # returns at once unless every page is done
 

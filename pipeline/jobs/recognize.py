@@ -122,9 +122,12 @@ def _crop_key(ctx: Context, tenant: str, region: Region, crop: Image.Image) -> C
 
 
 def _image(ctx: Context, key: str | None) -> Image.Image:
+    """The page image prepare left in memory when it ran this stage inline, else its stored PNG."""
     if key is None:
         raise RuntimeError("a page in `processing` has no image: prepare did not finish it")
-    with ctx.blobs.open(key) as blob:
-        image = Image.open(blob)
-        image.load()
-    return image.convert("RGB")
+    image = ctx.page_images.take(key)
+    if image is None:
+        with ctx.blobs.open(key) as blob:
+            image = Image.open(blob)
+            image.load()
+    return image if image.mode == "RGB" else image.convert("RGB")

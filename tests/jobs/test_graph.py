@@ -8,8 +8,9 @@ import ast
 import importlib
 import inspect
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, get_args
 
 import pytest
@@ -19,8 +20,8 @@ import pipeline.jobs
 from pipeline.cli import build_parser
 from pipeline.config import Settings
 from pipeline.jobs.dispatch import Stage
-from pipeline.jobs.graph import GRAPH, START, queues
-from pipeline.jobs.handoff import NotInGraph, enter, hand_off
+from pipeline.jobs.graph import GRAPH, START, queues, run_stage
+from pipeline.jobs.handoff import NotInGraph, enter, hand_off, hand_on, take_inline
 from workers.celery_app import create_celery, task_name
 from workers.embedded import EmbeddedWorkers
 from workers.tasks import TASKS
@@ -32,7 +33,7 @@ IDS = ("document_id", "page_id", "delivery_id")
 @dataclass(frozen=True)
 class Send:
     module: str
-    helper: str  # hand_off or enter
+    helper: str  # hand_off, hand_on or enter
     sender: Stage | None  # None for enter: from outside the graph
     stage: Stage
 
@@ -72,8 +73,11 @@ def value(module: str, argument: ast.expr) -> Any:
 def sends_in_code() -> list[Send]:
     found = []
     for module, tree in modules(JOBS, "pipeline.jobs"):
-        for call in calls(tree, "hand_off"):
-            found.append(Send(module, "hand_off", value(module, call.args[1]), value(module, call.args[2])))
+        if module == "pipeline.jobs.handoff":  # where the helpers are defined: hand_on sends with hand_off
+            continue
+        for helper in ("hand_off", "hand_on"):
+            for call in calls(tree, helper):
+                found.append(Send(module, helper, value(module, call.args[1]), value(module, call.args[2])))
         for call in calls(tree, "enter"):
             found.append(Send(module, "enter", None, value(module, call.args[1])))
     return found
@@ -81,6 +85,15 @@ def sends_in_code() -> list[Send]:
 
 def edges() -> set[tuple[Stage, Stage]]:
     return {(stage, successor) for stage, node in GRAPH.items() for successor in node.next}
+
+
+def inline_edges() -> set[tuple[Stage, Stage]]:
+    return {(stage, successor) for stage, node in GRAPH.items() for successor in node.inline}
+
+
+def test_an_inline_edge_is_an_edge_and_only_prepare_runs_its_successor_in_its_thread():
+    assert inline_edges() <= edges()
+    assert inline_edges() == {("prepare", "recognize")}
 
 
 def test_the_graph_names_every_stage_the_dispatchers_take_and_no_other():
@@ -102,7 +115,7 @@ def test_every_send_in_the_stages_is_an_edge_of_the_graph_sent_by_the_stage_whos
     sends = sends_in_code()
     for send in sends:
         assert send.stage in GRAPH, send
-        if send.helper == "hand_off":
+        if send.helper != "enter":
             assert (send.sender, send.stage) in edges(), send
             assert send.module == GRAPH[send.sender].run.__module__, f"{send}: a stage hands off only its own work"
         else:
@@ -111,7 +124,8 @@ def test_every_send_in_the_stages_is_an_edge_of_the_graph_sent_by_the_stage_whos
 
 def test_every_edge_and_every_entry_of_the_graph_is_sent_somewhere():
     sends = sends_in_code()
-    assert {(send.sender, send.stage) for send in sends if send.helper == "hand_off"} == edges()
+    assert {(send.sender, send.stage) for send in sends if send.helper != "enter"} == edges()
+    assert {(send.sender, send.stage) for send in sends if send.helper == "hand_on"} >= inline_edges()
     assert {send.stage for send in sends if send.helper == "enter"} == {stage for stage, node in GRAPH.items()
                                                                          if node.entry}
 
@@ -160,6 +174,44 @@ def test_a_stage_may_hand_off_only_to_its_successors():
     with pytest.raises(NotInGraph, match="'render' is not a stage"):
         hand_off(dispatcher, "render", "prepare", 7)  # type: ignore[arg-type]
     assert dispatcher.sent == [("recognize", 7, 0.0), ("deliver", "d1", 2.0)]
+
+
+@pytest.mark.parametrize(("prepare_queue", "inline"), [("cpu", False), ("gpu", True)])
+def test_hand_on_runs_an_inline_successor_in_this_thread_only_when_both_stages_share_a_queue(
+        prepare_queue: str, inline: bool, tmp_path: Path):
+    ctx = SimpleNamespace(settings=Settings(cache_dir=tmp_path, _env_file=None, prepare_queue=prepare_queue),
+                          dispatcher=Recorder())
+    assert hand_on(ctx, "prepare", "recognize", 7) is inline
+    assert hand_on(ctx, "prepare", "finalize", "doc") is False
+    assert take_inline() == ([("recognize", 7)] if inline else []) and take_inline() == []
+    assert ctx.dispatcher.sent == ([] if inline else [("recognize", 7, 0.0)]) + [("finalize", "doc", 0.0)]
+    with pytest.raises(NotInGraph, match="recognize may not send prepare"):
+        hand_on(ctx, "recognize", "prepare", 7)
+
+
+def test_run_stage_runs_what_its_stage_left_inline_after_logging_it_and_drops_it_when_the_stage_raises(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path):
+    ctx = SimpleNamespace(settings=Settings(cache_dir=tmp_path, _env_file=None, prepare_queue="gpu"),
+                          dispatcher=Recorder())
+    ran = []
+
+    def prepare(ctx, page_id):
+        ran.append(("prepare", page_id))
+        hand_on(ctx, "prepare", "recognize", page_id)
+        if page_id == 2:
+            raise RuntimeError("the database went away")
+
+    monkeypatch.setitem(GRAPH, "prepare", replace(GRAPH["prepare"], run=prepare))
+    monkeypatch.setitem(GRAPH, "recognize", replace(GRAPH["recognize"], run=lambda ctx, page_id: ran.append(
+        ("recognize", page_id))))
+    caplog.set_level("INFO", logger="quire.stages")
+    run_stage(ctx, "prepare", 1)
+    with pytest.raises(RuntimeError):
+        run_stage(ctx, "prepare", 2)
+    assert ran == [("prepare", 1), ("recognize", 1), ("prepare", 2)] and take_inline() == []
+    logged = [(record.stage, record.outcome) for record in caplog.records if record.name == "quire.stages"]
+    assert logged == [("prepare", "done"), ("recognize", "done"), ("prepare", "raised")]
+    assert ctx.dispatcher.sent == []
 
 
 def test_work_enters_the_graph_only_at_an_entry():

@@ -22,8 +22,8 @@ from pipeline.engine.scheduler import Step
 from pipeline.jobs.cancel import cancel_document
 from pipeline.jobs.graph import GRAPH, run_stage
 from tests.documents.samples import ENCRYPTED, ENCRYPTED_PASSWORD
-from tests.jobs.conftest import accept, wait_until_final
-from tests.jobs.expected import CORPUS, comparable, pdf_with_an_unrenderable_page, processed
+from tests.jobs.conftest import accept, embedded_workers, wait_until_final
+from tests.jobs.expected import CORPUS, comparable, pdf_with_an_unrenderable_page, processed, service_settings
 from workers.embedded import EmbeddedWorkers
 
 FOUR_PAGES = (CORPUS / "pdflatex-4-pages.pdf").read_bytes()
@@ -49,6 +49,25 @@ def test_a_pdf_goes_through_every_stage_and_its_result_is_what_quire_process_giv
         regions = session.scalars(select(Region).join(Page).where(Page.document_id == document.id)).all()
         assert {(region.status, region.source, region.attempts) for region in regions} == {("succeeded", "model", 1)}
         assert "password" not in session.get_one(Document, document.id).options
+
+
+def test_with_prepare_on_the_gpu_queue_a_prepared_page_goes_on_to_recognize_in_its_thread_with_the_same_result(
+        tmp_path, tiny_checkpoint, engine_host, caplog):
+    caplog.set_level("INFO", logger="quire.stages")
+    settings = service_settings(tmp_path, tiny_checkpoint).model_copy(update={"prepare_queue": "gpu"})
+    with embedded_workers(settings, engine_host) as workers:
+        sent, send = [], workers.send
+        workers.send = lambda stage, key, delay_s=0.0: (sent.append(stage), send(stage, key, delay_s))[1]
+        document = wait_until_final(workers, accept(workers, FOUR_PAGES, "four.pdf"))
+        result, markdown = result_of(workers, document)
+        assert len(workers.context.page_images) == 0  # each taken by its page's recognize
+    assert document.status == "succeeded" and "recognize" not in sent and sent.count("prepare") == 4
+    expected, expected_markdown = processed(FOUR_PAGES, "four.pdf", settings, engine_host.engine)
+    assert comparable(result) == comparable(expected) and markdown == expected_markdown
+    threads = {(record.stage, record.page_id): record.threadName for record in caplog.records
+               if record.name == "quire.stages" and getattr(record, "page_id", None) is not None}
+    pages = {page_id for _, page_id in threads}
+    assert len(pages) == 4 and all(threads[("recognize", page)] == threads[("prepare", page)] for page in pages)
 
 
 @pytest.mark.parametrize(("name", "layout", "reason"), [("grayscale-image.pdf", "page", "no text layer"),
