@@ -174,18 +174,36 @@ def vision(bench: Bench) -> dict:
         options = {"attend": attend} if attend else {}
         return lambda: engine.model.encode_images(pixels, grids, **options)
 
-    return {"page_ms": bench.timed_ms(tower([page])), f"crops_{bench.crops}_ms": bench.timed_ms(tower(crops)),
-            "crops": bench.crops}
+    run_crops = tower(crops)
+    patches = sum(t * h * w for image in crops for t, h, w in engine.processor.encode("OCR:", [image]).grids)
+    return {"page_ms": bench.timed_ms(tower([page])), f"crops_{bench.crops}_ms": bench.timed_ms(run_crops),
+            "crops": bench.crops, "crop_patches": patches, "crops_top_ops": top_ops(bench, run_crops)}
+
+
+def top_ops(bench: Bench, work: Callable[[], object], count: int = 8) -> dict[str, float]:
+    """The ops that took the most device time (CPU time without a GPU) in one run of `work`, in ms: where a
+    section's time goes."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if bench.device.type == "cuda" else [])
+    with torch_profile(activities=activities) as prof:
+        work()
+        bench.sync()
+    key = "self_device_time_total" if bench.device.type == "cuda" else "self_cpu_time_total"
+    totals = sorted(prof.key_averages(), key=lambda event: getattr(event, key), reverse=True)[:count]
+    return {event.key[:80]: round(getattr(event, key) / 1000, 2) for event in totals}
 
 
 def layout(bench: Bench) -> dict:
     """The layout model's forward per page (random weights at its real input size; post-processing is host work)."""
     from transformers import PPDocLayoutV2Config, PPDocLayoutV2ForObjectDetection
 
-    config = PPDocLayoutV2Config()
-    if bench.small:
-        from pipeline.documents.tiny_layout import TinyLayoutSpec, _v2_config
+    from pipeline.documents.tiny_layout import HUB_CLASS_ORDER, HUB_CLASS_THRESHOLDS, TinyLayoutSpec, _v2_config
 
+    config = PPDocLayoutV2Config(num_labels=len(HUB_CLASS_THRESHOLDS), class_thresholds=list(HUB_CLASS_THRESHOLDS),
+                                 class_order=list(HUB_CLASS_ORDER))  # the hub's heads (the defaults have none)
+    if bench.small:
         config = PPDocLayoutV2Config(**_v2_config(TinyLayoutSpec()))
     model = PPDocLayoutV2ForObjectDetection(config).to(bench.device).eval()
     size = 128 if bench.small else 800

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from sqlalchemy import Table, select, tuple_
+from sqlalchemy import Row, Table, select, tuple_
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -85,13 +85,15 @@ def _cache_insert(dialect: str) -> Any:
     return statement.on_conflict_do_nothing(index_elements=list(CropKey._fields))
 
 
-def recall_recognitions(session: Session, keys: Sequence[CropKey]) -> list[RecognitionCache | None]:
+def recall_recognitions(session: Session, keys: Sequence[CropKey]) -> list[Row | None]:
     """The cached row for each crop under its tenant, model revision and task (None where none was stored), in one
-    query; jobs/rows.py's from_columns reads its content back."""
+    query; jobs/rows.py's from_columns reads its content back. Plain rows, not ORM objects: nothing here is
+    changed, and building mapped instances cost more than the query on a busy GPU worker."""
     if not keys:
         return []
-    columns = tuple_(*(getattr(RecognitionCache, name) for name in CropKey._fields))
-    found = session.scalars(select(RecognitionCache).where(columns.in_([tuple(key) for key in set(keys)])))
+    table = RecognitionCache.__table__
+    columns = tuple_(*(table.c[name] for name in CropKey._fields))
+    found = session.execute(select(table).where(columns.in_([tuple(key) for key in set(keys)])))
     by_key = {CropKey(*(getattr(hit, name) for name in CropKey._fields)): hit for hit in found}
     return [by_key.get(key) for key in keys]
 

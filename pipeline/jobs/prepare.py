@@ -9,6 +9,8 @@ from __future__ import annotations
 import io
 
 from PIL import Image
+from sqlalchemy import update
+from sqlalchemy.orm import joinedload
 
 from pipeline.db.models import Page
 from pipeline.db.session import session_scope
@@ -27,7 +29,7 @@ from pipeline.jobs.rows import region_row
 def prepare_page(ctx: Context, page_id: int) -> None:
     """Render and lay out one page, store its image and one row per region; regions for the model go on to recognize."""
     with session_scope(ctx.db) as session:
-        page = session.get(Page, page_id)
+        page = session.get(Page, page_id, options=[joinedload(Page.document)])
         if page is None or page.document.status == "canceled":
             return
         state, index, document = page.status, page.index, page.document
@@ -48,11 +50,10 @@ def prepare_page(ctx: Context, page_id: int) -> None:
     with session_scope(ctx.db) as session:
         if wanted(session, document.id) is None:
             return
-        page = session.get_one(Page, page_id)
         keep_blobs(session, ctx, {image_key: png})
         upsert_regions(session, rows)
-        _describe(page, laid_out, image_key)
-        page.status = "processing"
+        session.execute(update(Page).where(Page.id == page_id).values(status="processing",
+                                                                      **_description(laid_out, image_key)))
         complete = False if pending else finish_page(session, page_id, document.id, page_problem(outputs))
     if pending:
         if hand_on(ctx, "prepare", "recognize", page_id):
@@ -85,13 +86,13 @@ def _failed(index: int, problem: Problem) -> FinishedPage:
     return FinishedPage(PageOutput(index, "failed", error=problem), None, 0)
 
 
-def _describe(page: Page, laid_out: LaidOutPage, image_key: str) -> None:
+def _description(laid_out: LaidOutPage, image_key: str) -> dict[str, object]:
+    """The page row's columns that the rendered and laid-out page fills in."""
     rendered = laid_out.page
-    page.width_px, page.height_px, page.dpi, page.rotation = (rendered.width_px, rendered.height_px, rendered.dpi,
-                                                              rendered.rotation)
-    page.width_pt, page.height_pt = rendered.width_pt, rendered.height_pt
-    page.image_key, page.layout, page.timings = image_key, laid_out.layout, laid_out.timings_ms
-    page.layout_reason = laid_out.layout_reason
+    return {"width_px": rendered.width_px, "height_px": rendered.height_px, "dpi": rendered.dpi,
+            "rotation": rendered.rotation, "width_pt": rendered.width_pt, "height_pt": rendered.height_pt,
+            "image_key": image_key, "layout": laid_out.layout, "timings": laid_out.timings_ms,
+            "layout_reason": laid_out.layout_reason}
 
 
 def _finish_failed_page(ctx: Context, page_id: int, output: PageOutput) -> None:

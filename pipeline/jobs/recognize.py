@@ -13,6 +13,7 @@ from dataclasses import asdict, replace
 
 from PIL import Image
 from sqlalchemy import select
+from sqlalchemy.orm import joinedload
 
 from pipeline.db.models import Document, Page, Region
 from pipeline.db.session import session_scope
@@ -33,11 +34,12 @@ def recognize_page(ctx: Context, page_id: int) -> None:
     if ctx.recognition is None:
         raise RuntimeError("recognize runs on a GPU worker: this process has no recognizer")
     with session_scope(ctx.db) as session:
-        page = session.get(Page, page_id)
+        page = session.get(Page, page_id, options=[joinedload(Page.document), joinedload(Page.regions)])
         if page is None or page.document.status == "canceled":
             return
         state, document_id, tenant, image_key = page.status, page.document_id, page.document.tenant, page.image_key
-        pending = [region for region in page.regions if region.status == "pending"]
+        regions = list(page.regions)
+        pending = [region for region in regions if region.status == "pending"]
     if state != "processing":
         _pass_on(ctx, state, document_id)
         return
@@ -57,10 +59,15 @@ def recognize_page(ctx: Context, page_id: int) -> None:
         remember_recognitions(session, [(key, asdict(output.content))
                                         for key, output in zip(keys, outputs, strict=True) if output.source == "model"])
         document.model = ctx.recognition.model
-        regions = [region_output(region) for region in session.get_one(Page, page_id).regions]
-        complete = finish_page(session, page_id, document_id, page_problem(regions))
+        complete = finish_page(session, page_id, document_id, page_problem(_page_outputs(regions, pending, outputs)))
     if complete:
         hand_off(ctx.dispatcher, "recognize", "finalize", document_id)
+
+
+def _page_outputs(regions: list[Region], pending: list[Region], outputs: list[RegionOutput]) -> list[RegionOutput]:
+    """Every region of the page as it now stands: the ones final before this task as read, the rest as recognised."""
+    recognized = {region.index: output for region, output in zip(pending, outputs, strict=True)}
+    return [recognized[region.index] if region.index in recognized else region_output(region) for region in regions]
 
 
 def _pass_on(ctx: Context, state: str, document_id: str) -> None:
