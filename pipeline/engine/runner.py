@@ -12,6 +12,8 @@ On CUDA, decode-only steps replay CUDA graphs (cuda_graphs.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
@@ -20,7 +22,8 @@ from .attention import Chunk, FusedPagedAttention, PagedAttention, PagedKVCache,
 from .cpu_kernels import KernelVisionAttention, extension_module, vision_kernel_usable
 from .cuda_graphs import DecodeGraphs
 from .encoder_cache import EncoderCache
-from .model.paddleocr_vl import PaddleOCRVL, SplitAttention
+from .model.paddleocr_vl import PaddleOCRVL, SplitAttention, VisionAttend
+from .model.vision_layout import VisionLayout
 from .scheduler import Step
 from .sequence import Sequence
 from .step_batch import StepBatch, Uploader
@@ -48,8 +51,18 @@ class ModelRunner:
         self.uploader = Uploader(model.device)
         self.block_q = self._query_block() if self.backend == "triton" else 0
         self.graphs = self._decode_graphs(max_num_seqs) if cuda_graphs else None
+        self.vision_attention = self._vision_attention()
         self.tower_calls = 0
         self.tower_images = 0
+
+    def _vision_attention(self) -> Callable[[VisionLayout], VisionAttend]:
+        """The tower's attention: the varlen Triton kernel on the fused backend, the compiled bf16 kernel on a CPU
+        that has it, else SDPA per frame."""
+        if self.backend == "triton":
+            return VarlenAttention
+        if vision_kernel_usable(self.model.dtype, self.model.device):
+            return KernelVisionAttention
+        return SplitAttention
 
     @torch.inference_mode()
     def prepare(self, step: Step) -> tuple[StepBatch, dict[str, torch.Tensor]]:
@@ -127,10 +140,7 @@ class ModelRunner:
             return
         grids = [grid for _, grid in misses.values()]
         pixels = torch.cat([pixels for pixels, _ in misses.values()])
-        attend = VarlenAttention if self.backend == "triton" else SplitAttention
-        if attend is SplitAttention and vision_kernel_usable(self.model.dtype, self.model.device):
-            attend = KernelVisionAttention
-        embeds = self.model.encode_images(pixels, grids, attend)
+        embeds = self.model.encode_images(pixels, grids, self.vision_attention)
         self.tower_calls += 1
         self.tower_images += len(misses)
         merge = self.model.config.vision.spatial_merge_size ** 2
