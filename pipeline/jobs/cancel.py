@@ -2,7 +2,8 @@
 
 The stages take the same row lock in every transaction that writes a document's pages or regions and write nothing
 once it says `canceled`, so no region row changes after the cancel commits. Work not started yet finds the document
-canceled and returns; a recognize task waiting on the engine sees it within CANCEL_POLL_S and aborts its requests.
+canceled and returns; the requests of a recognize task waiting on the engine are aborted by its process's cancel
+watcher (cancel_watch.py) within CANCEL_POLL_S.
 """
 
 from __future__ import annotations

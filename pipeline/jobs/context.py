@@ -22,6 +22,7 @@ from pipeline.documents.layout import LayoutBackend, layout_backend
 from pipeline.documents.layout_weights import LayoutModelUnavailable
 from pipeline.documents.recognize import Recognizer
 from pipeline.engine_settings import layout_device
+from pipeline.jobs.cancel_watch import CancelWatch
 from pipeline.jobs.dispatch import Dispatcher
 from pipeline.storage import BlobStore, LocalBlobStore
 
@@ -72,8 +73,12 @@ class Context:
     dispatcher: Dispatcher
     recognition: RecognitionHost | None = None  # GPU workers only
     page_images: PageImages = field(default_factory=PageImages, repr=False)
+    cancels: CancelWatch = field(init=False, repr=False)  # its thread starts with the first recognize that waits
     _layouts: dict[str, LayoutBackend] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        self.cancels = CancelWatch(self.db)
 
     def layout(self, name: str) -> LayoutBackend:
         """The layout backend called name, loaded on first use (a layout model is loaded once per process)."""
@@ -90,7 +95,9 @@ class Context:
             self.layout(self.settings.layout)
 
     def close(self) -> None:
-        """Close the database's pooled connections (whoever opened the context closes it)."""
+        """Stop the cancel watcher and close the database's pooled connections (whoever opened the context closes
+        it)."""
+        self.cancels.close()
         self.db.dispose()
 
 

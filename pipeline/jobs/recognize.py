@@ -2,20 +2,21 @@
 page finished (then the document's last page sends finalize).
 
 A page's regions are submitted together so they batch with other pages' regions in the engine; a tenant's crop seen
-before under the same weights comes from the result cache instead. The task watches for a cancel while it waits.
+before under the same weights comes from the result cache instead. While the task waits, the process's cancel
+watcher (cancel_watch.py) aborts its requests if the document is canceled.
 """
 
 from __future__ import annotations
 
 import hashlib
+import threading
 from concurrent.futures import Future, wait
 from dataclasses import asdict, replace
 
 from PIL import Image
-from sqlalchemy import select
 from sqlalchemy.orm import joinedload
 
-from pipeline.db.models import Document, Page, Region
+from pipeline.db.models import Page, Region
 from pipeline.db.session import session_scope
 from pipeline.db.upserts import CropKey, recall_recognitions, remember_recognitions, upsert_regions
 from pipeline.documents.process import page_problem, recognized_region
@@ -25,8 +26,6 @@ from pipeline.jobs.context import Context
 from pipeline.jobs.handoff import hand_off
 from pipeline.jobs.pages import OPEN_PAGE, finish_page, wanted
 from pipeline.jobs.rows import from_columns, region_output, region_row
-
-CANCEL_POLL_S = 0.5  # how often a recognize task waiting on the engine looks for a cancel
 
 
 def recognize_page(ctx: Context, page_id: int) -> None:
@@ -104,21 +103,20 @@ def _recognize(ctx: Context, tenant: str, crops: list[Image.Image], keys: list[C
 
 
 def _wait(ctx: Context, recognizer: Recognizer, futures: dict[int, Future[Recognition]], document_id: str) -> bool:
-    """Wait for the futures, looking at the document every CANCEL_POLL_S; on a cancel, abort them and say False."""
-    waiting = set(futures.values())
-    while waiting:
-        _, waiting = wait(waiting, timeout=CANCEL_POLL_S)
-        if waiting and _canceled(ctx, document_id):
-            for future in waiting:
-                recognizer.cancel(future)
-            return False
-    return True
+    """Wait for the futures; False when the document was canceled meanwhile (its requests are aborted then, and
+    their futures resolve)."""
+    if not futures:
+        return True
+    canceled = threading.Event()
 
+    def abort() -> None:
+        canceled.set()
+        for future in futures.values():
+            recognizer.cancel(future)
 
-def _canceled(ctx: Context, document_id: str) -> bool:
-    with session_scope(ctx.db) as session:
-        status = session.scalars(select(Document.status).where(Document.id == document_id)).one_or_none()
-    return status in (None, "canceled")
+    with ctx.cancels.watching(document_id, abort):
+        wait(futures.values())
+    return not canceled.is_set()
 
 
 def _crop_key(ctx: Context, tenant: str, region: Region, crop: Image.Image) -> CropKey:
