@@ -8,7 +8,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -44,7 +44,9 @@ def create_db_engine(url: str) -> Engine:
     def _begin_immediate(connection: Any) -> None:
         # A deferred transaction that reads and then writes fails at once (SQLITE_BUSY, no waiting) when another
         # connection wrote in between; taking the write lock at BEGIN makes concurrent workers queue instead.
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        # A `reading` connection begins nothing: its reads must not hold the write lock.
+        if connection.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
 
@@ -72,3 +74,11 @@ def session_scope(engine: Engine | None = None) -> Iterator[Session]:
         raise
     finally:
         session.close()
+
+
+@contextmanager
+def reading(engine: Engine) -> Iterator[Connection]:
+    """A connection for reads that need no transaction: each statement sees what was committed when it ran, with no
+    BEGIN and COMMIT round trips around it. For a hot path's reads that writes re-check under a lock anyway."""
+    with engine.connect() as connection:
+        yield connection.execution_options(isolation_level="AUTOCOMMIT")

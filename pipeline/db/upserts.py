@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from sqlalchemy import Row, Table, select, tuple_
+from sqlalchemy import Connection, Row, Table, select, tuple_
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -85,7 +85,7 @@ def _cache_insert(dialect: str) -> Any:
     return statement.on_conflict_do_nothing(index_elements=list(CropKey._fields))
 
 
-def recall_recognitions(session: Session, keys: Sequence[CropKey]) -> list[Row | None]:
+def recall_recognitions(session: Session | Connection, keys: Sequence[CropKey]) -> list[Row | None]:
     """The cached row for each crop under its tenant, model revision and task (None where none was stored), in one
     query; jobs/rows.py's from_columns reads its content back. Plain rows, not ORM objects: nothing here is
     changed, and building mapped instances cost more than the query on a busy GPU worker."""

@@ -18,7 +18,7 @@ from itertools import count
 from sqlalchemy import Engine, select
 
 from pipeline.db.models import Document
-from pipeline.db.session import session_scope
+from pipeline.db.session import reading
 
 log = logging.getLogger("quire.cancels")
 CANCEL_POLL_S = 0.5  # how often the documents that tasks wait on are looked at
@@ -70,9 +70,9 @@ class CancelWatch:
             watched = {document_id for document_id, _ in self._aborts.values()}
         if not watched:
             return
-        with session_scope(self.db) as session:
-            live = set(session.scalars(select(Document.id).where(Document.id.in_(watched),
-                                                                 Document.status != "canceled")))
+        with reading(self.db) as connection:
+            live = set(connection.scalars(select(Document.id).where(Document.id.in_(watched),
+                                                                    Document.status != "canceled")))
         with self._lock:
             ended = [key for key, (document_id, _) in self._aborts.items()
                      if document_id in watched and document_id not in live]

@@ -29,7 +29,7 @@ def ingest_document(ctx: Context, document_id: str) -> None:
             return
         if document.status == "queued":
             document.status, document.started_at = "processing", utcnow()
-        sha256, options = document.sha256, process_options(ctx, document)
+        sha256, options = document.sha256, process_options(ctx, document.options)
     started = time.perf_counter()
     data = ctx.blobs.get(sha256)
     try:

@@ -9,11 +9,10 @@ from __future__ import annotations
 import io
 
 from PIL import Image
-from sqlalchemy import update
-from sqlalchemy.orm import joinedload
+from sqlalchemy import Connection, Row, select, update
 
-from pipeline.db.models import Page
-from pipeline.db.session import session_scope
+from pipeline.db.models import Document, Page
+from pipeline.db.session import reading, session_scope
 from pipeline.db.upserts import upsert_regions
 from pipeline.documents.errors import DocumentError
 from pipeline.documents.ingest import SourcePage, ingest
@@ -22,22 +21,20 @@ from pipeline.documents.process import FinishedPage, LaidOutPage, ProcessOptions
 from pipeline.documents.results import PageOutput, Problem
 from pipeline.jobs.context import Context
 from pipeline.jobs.handoff import hand_off, hand_on
-from pipeline.jobs.pages import OPEN_PAGE, finish_page, keep_blobs, process_options, wanted
+from pipeline.jobs.pages import OPEN_PAGE, finish_page, keep_blobs, lock_document, process_options
 from pipeline.jobs.rows import region_row
 
 
 def prepare_page(ctx: Context, page_id: int) -> None:
     """Render and lay out one page, store its image and one row per region; regions for the model go on to recognize."""
-    with session_scope(ctx.db) as session:
-        page = session.get(Page, page_id, options=[joinedload(Page.document)])
-        if page is None or page.document.status == "canceled":
-            return
-        state, index, document = page.status, page.index, page.document
-        sha256, options = document.sha256, process_options(ctx, document)
-    if state != "queued":
-        _pass_on(ctx, page_id, state, document.id)
+    with reading(ctx.db) as connection:
+        page = _read_page(connection, page_id)
+    if page is None or page.document_status == "canceled":
         return
-    laid_out = _lay_out(ctx, sha256, index, options, document.options["layout"])
+    if page.status != "queued":
+        _pass_on(ctx, page_id, page.status, page.document_id)
+        return
+    laid_out = _lay_out(ctx, page.sha256, page.index, process_options(ctx, page.options), page.options["layout"])
     if isinstance(laid_out, FinishedPage):
         _finish_failed_page(ctx, page_id, laid_out.output)
         return
@@ -48,18 +45,25 @@ def prepare_page(ctx: Context, page_id: int) -> None:
             for i, (item, output) in enumerate(zip(laid_out.prepared, outputs, strict=True))]
     pending = any(item.needs_model for item in laid_out.prepared)
     with session_scope(ctx.db) as session:
-        if wanted(session, document.id) is None:
+        if not lock_document(session, page.document_id):
             return
         keep_blobs(session, ctx, {image_key: png})
         upsert_regions(session, rows)
         session.execute(update(Page).where(Page.id == page_id).values(status="processing",
                                                                       **_description(laid_out, image_key)))
-        complete = False if pending else finish_page(session, page_id, document.id, page_problem(outputs))
+        complete = False if pending else finish_page(session, page_id, page.document_id, page_problem(outputs))
     if pending:
         if hand_on(ctx, "prepare", "recognize", page_id):
             ctx.page_images.put(image_key, laid_out.page.image)
     elif complete:
-        hand_off(ctx.dispatcher, "prepare", "finalize", document.id)
+        hand_off(ctx.dispatcher, "prepare", "finalize", page.document_id)
+
+
+def _read_page(connection: Connection, page_id: int) -> Row | None:
+    """The page's state and what laying it out needs of its document, as plain columns in one statement."""
+    return connection.execute(select(Page.status, Page.index, Page.document_id, Document.sha256, Document.options,
+                                     Document.status.label("document_status"))
+                              .join(Document).where(Page.id == page_id)).one_or_none()
 
 
 def _pass_on(ctx: Context, page_id: int, state: str, document_id: str) -> None:
@@ -98,7 +102,7 @@ def _description(laid_out: LaidOutPage, image_key: str) -> dict[str, object]:
 def _finish_failed_page(ctx: Context, page_id: int, output: PageOutput) -> None:
     with session_scope(ctx.db) as session:
         page = session.get(Page, page_id)
-        if page is None or wanted(session, page.document_id) is None:
+        if page is None or not lock_document(session, page.document_id):
             return
         page.layout, page.layout_reason, page.timings = output.layout, output.layout_reason, output.timings_ms
         page.width_px, page.height_px, page.dpi = output.width_px, output.height_px, output.dpi

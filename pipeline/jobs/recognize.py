@@ -14,17 +14,17 @@ from concurrent.futures import Future, wait
 from dataclasses import asdict, replace
 
 from PIL import Image
-from sqlalchemy.orm import joinedload
+from sqlalchemy import Connection, Row, select
 
-from pipeline.db.models import Page, Region
-from pipeline.db.session import session_scope
+from pipeline.db.models import Document, Page, Region
+from pipeline.db.session import reading, session_scope
 from pipeline.db.upserts import CropKey, recall_recognitions, remember_recognitions, upsert_regions
 from pipeline.documents.process import page_problem, recognized_region
 from pipeline.documents.recognize import Recognition, RecognitionTask, Recognizer
 from pipeline.documents.results import RegionContent, RegionOutput
 from pipeline.jobs.context import Context
 from pipeline.jobs.handoff import hand_off
-from pipeline.jobs.pages import OPEN_PAGE, finish_page, wanted
+from pipeline.jobs.pages import OPEN_PAGE, finish_page, lock_document
 from pipeline.jobs.rows import from_columns, region_output, region_row
 
 
@@ -32,38 +32,48 @@ def recognize_page(ctx: Context, page_id: int) -> None:
     """Recognise every pending region of one page at once (so they batch with other pages' regions) and store them."""
     if ctx.recognition is None:
         raise RuntimeError("recognize runs on a GPU worker: this process has no recognizer")
-    with session_scope(ctx.db) as session:
-        page = session.get(Page, page_id, options=[joinedload(Page.document), joinedload(Page.regions)])
-        if page is None or page.document.status == "canceled":
+    with reading(ctx.db) as connection:
+        read = _read_page(connection, page_id)
+        if not read or read[0].document_status == "canceled":
             return
-        state, document_id, tenant, image_key = page.status, page.document_id, page.document.tenant, page.image_key
-        regions = list(page.regions)
+        page, regions = read[0], [row for row in read if row.index is not None]
+        if page.page_status != "processing":
+            _pass_on(ctx, page.page_status, page.document_id)
+            return
         pending = [region for region in regions if region.status == "pending"]
-    if state != "processing":
-        _pass_on(ctx, state, document_id)
-        return
-    image = _image(ctx, image_key)
-    crops = [image.crop(tuple(region.crop_px)) for region in pending]
-    keys = [_crop_key(ctx, tenant, region, crop) for region, crop in zip(pending, crops, strict=True)]
-    outputs = _recognize(ctx, tenant, crops, keys, pending, document_id)
+        image = _image(ctx, page.image_key)
+        crops = [image.crop(tuple(region.crop_px)) for region in pending]
+        keys = [_crop_key(ctx, page.tenant, region, crop) for region, crop in zip(pending, crops, strict=True)]
+        cached = recall_recognitions(connection, keys)
+    outputs = _recognize(ctx, page.tenant, crops, cached, pending, page.document_id)
     if outputs is None:  # canceled while the engine worked on it
         return
     rows = [{**region_row(output, page_id, region.index, region.crop_px), "attempts": region.attempts + 1}
             for region, output in zip(pending, outputs, strict=True)]
     with session_scope(ctx.db) as session:
-        document = wanted(session, document_id)
-        if document is None:
+        if not lock_document(session, page.document_id):
             return
         upsert_regions(session, rows)
         remember_recognitions(session, [(key, asdict(output.content))
                                         for key, output in zip(keys, outputs, strict=True) if output.source == "model"])
-        document.model = ctx.recognition.model
-        complete = finish_page(session, page_id, document_id, page_problem(_page_outputs(regions, pending, outputs)))
+        complete = finish_page(session, page_id, page.document_id,
+                               page_problem(_page_outputs(regions, pending, outputs)), ctx.recognition.model)
     if complete:
-        hand_off(ctx.dispatcher, "recognize", "finalize", document_id)
+        hand_off(ctx.dispatcher, "recognize", "finalize", page.document_id)
 
 
-def _page_outputs(regions: list[Region], pending: list[Region], outputs: list[RegionOutput]) -> list[RegionOutput]:
+def _read_page(connection: Connection, page_id: int) -> list[Row]:
+    """The page's state, image and document, once per region row (in the layout's order; one row with the region
+    columns NULL for a page without regions); none when the page is gone. Plain rows in one statement: this runs
+    once per page on the GPU worker, whose threads share the cores and the GIL with the engine loop, and round
+    trips and mapped objects cost more there than the query. rows.region_output reads a region's columns by name."""
+    return list(connection.execute(
+        select(Page.status.label("page_status"), Page.document_id, Page.image_key, Document.tenant,
+               Document.status.label("document_status"), *Region.__table__.c)
+        .select_from(Page).join(Document).outerjoin(Region).where(Page.id == page_id).order_by(Region.index)))
+
+
+def _page_outputs(regions: list[Row], pending: list[Row], outputs: list[RegionOutput]) -> list[RegionOutput]:
     """Every region of the page as it now stands: the ones final before this task as read, the rest as recognised."""
     recognized = {region.index: output for region, output in zip(pending, outputs, strict=True)}
     return [recognized[region.index] if region.index in recognized else region_output(region) for region in regions]
@@ -76,17 +86,15 @@ def _pass_on(ctx: Context, state: str, document_id: str) -> None:
         hand_off(ctx.dispatcher, "recognize", "finalize", document_id)
 
 
-def _recognize(ctx: Context, tenant: str, crops: list[Image.Image], keys: list[CropKey], regions: list[Region],
+def _recognize(ctx: Context, tenant: str, crops: list[Image.Image], cached: list[Row | None], regions: list[Row],
                document_id: str) -> list[RegionOutput] | None:
-    """Each region's output: from the result cache when this tenant's crop was seen, else from the recognizer;
-    None when the document was canceled meanwhile.
+    """Each region's output: its `cached` result where this tenant's crop was seen, else the recognizer's; None
+    when the document was canceled meanwhile.
 
     Every miss is submitted before any is waited for, so the page's regions are in the engine together.
     """
     assert ctx.recognition is not None
     recognizer = ctx.recognition.recognizer(tenant)
-    with session_scope(ctx.db) as session:
-        cached = recall_recognitions(session, keys)
     futures: dict[int, Future[Recognition]] = {
         i: recognizer.submit(RecognitionTask(crop, region.task or "ocr", f"page{region.page_id}-region{region.index}"))
         for i, (region, crop, hit) in enumerate(zip(regions, crops, cached, strict=True)) if hit is None}
@@ -119,7 +127,7 @@ def _wait(ctx: Context, recognizer: Recognizer, futures: dict[int, Future[Recogn
     return not canceled.is_set()
 
 
-def _crop_key(ctx: Context, tenant: str, region: Region, crop: Image.Image) -> CropKey:
+def _crop_key(ctx: Context, tenant: str, region: Row, crop: Image.Image) -> CropKey:
     assert ctx.recognition is not None
     digest = hashlib.sha256(f"{crop.mode}:{crop.width}x{crop.height}:".encode())
     digest.update(crop.tobytes())

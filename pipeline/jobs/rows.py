@@ -11,6 +11,8 @@ from dataclasses import asdict, fields
 from typing import Any, TypeVar
 from urllib.parse import quote
 
+from sqlalchemy import Row
+
 from pipeline.db.models import Document, Page, Region
 from pipeline.documents.results import DocumentOutput, PageOutput, Problem, RegionContent, RegionOutput, Usage
 
@@ -35,8 +37,9 @@ def region_row(output: RegionOutput, page_id: int, index: int, crop_px: tuple[in
     }
 
 
-def region_output(row: Region) -> RegionOutput:
-    """A region row as the pipeline's output; a pending one reads as not (yet) recognised."""
+def region_output(row: Region | Row) -> RegionOutput:
+    """A region row (mapped, or plain as the recognize stage reads it) as the pipeline's output; a pending one reads
+    as not (yet) recognised."""
     return RegionOutput(
         order=row.reading_order, label=row.label, score=row.score or 0.0, bbox_px=tuple(row.bbox_px),
         bbox_pt=tuple(row.bbox_pt), task=row.task, source=row.source or "none",

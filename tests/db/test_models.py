@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import UTC
 
 import pytest
-from sqlalchemy import Engine, delete, func, select, text
+from sqlalchemy import Engine, delete, func, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from pipeline.config import Settings
 from pipeline.db.models import Document, Page, Region
-from pipeline.db.session import create_db_engine, session_scope
+from pipeline.db.session import create_db_engine, reading, session_scope
 from pipeline.db.upserts import CropKey, recall_recognitions, remember_recognitions, upsert_regions
 
 SHA = "ab" * 32
@@ -156,3 +156,13 @@ def test_the_default_database_is_a_sqlite_file_under_the_cache_dir_in_wal_mode(t
 def test_a_tilde_in_a_sqlite_url_means_the_home_directory(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
     assert Settings(database_url="sqlite:///~/q/quire.db").database_url == f"sqlite:///{tmp_path}/q/quire.db"
+
+
+def test_a_reading_connection_holds_no_transaction_so_a_writer_goes_on_beside_it(migrated_database: Engine):
+    page_id = add_page(migrated_database)
+    status = select(Page.status).where(Page.id == page_id)
+    with reading(migrated_database) as connection:
+        assert connection.execute(status).scalar() == "queued"
+        with session_scope(migrated_database) as session:  # on SQLite a read's BEGIN IMMEDIATE would hold it back
+            session.execute(update(Page).where(Page.id == page_id).values(status="processing"))
+        assert connection.execute(status).scalar() == "processing"
