@@ -25,6 +25,8 @@ in it (its server is shared; its backends are not ours to count).
 
 stage_ms_per_region, (b) only: how long the workers' tasks of each stage ran (the `duration_ms` they log), summed
 and divided by the regions; `recognize` includes the time a page's regions wait in the engine behind others.
+stage_cpu_ms_per_region: the same for the CPU time the tasks' threads spent (`cpu_ms`); the engine's loop is not in
+`recognize`'s, the image preprocessing of its requests is.
 
 This 2-core machine swings by tens of percent from run to run, so the two sides run interleaved: `--pairs` rounds of
 (a) then (b), each round on documents of its own (none seen before by either side's caches), with (a)'s engine and
@@ -132,8 +134,10 @@ def distributed(stack: Stack, measured: list[tuple[str, bytes]], clients: int) -
     counts = [result_counts(stack.url, document_id) for document_id in summaries]
     regions = sum(r for _, r in counts)
     figures = _figures(sum(p for p, _ in counts), regions, wall, busy_s, cpu_s)
-    stages = stack.stage_ms(started)
-    return figures | {"stage_ms_per_region": {stage: round(ms / regions, 2) for stage, ms in sorted(stages.items())}}
+    per_region = {f"stage_{name}_per_region": {stage: round(ms / regions, 2) for stage, ms in
+                                               sorted(stack.stage_ms(started, field).items())}
+                  for name, field in (("ms", "duration_ms"), ("cpu_ms", "cpu_ms"))}
+    return figures | per_region
 
 
 def _require_succeeded(stack: Stack, summaries: dict[str, dict]) -> None:

@@ -63,15 +63,15 @@ class Stack:
                 stats[_stat_name(metric)] = float(value)
         return stats
 
-    def stage_ms(self, since: float) -> dict[str, float]:
-        """Milliseconds the workers' stage tasks ran, summed per stage: the `duration_ms` of the `done` lines they
-        logged (JSON) at or after the Unix time `since`."""
+    def stage_ms(self, since: float, field: str = "duration_ms") -> dict[str, float]:
+        """Milliseconds the workers' stage tasks ran (or, with field `cpu_ms`, their threads' CPU time), summed per
+        stage: that field of the `done` lines they logged (JSON) at or after the Unix time `since`."""
         totals: dict[str, float] = {}
         for role in ("cpu", "gpu"):
             for line in (self.root / f"{role}.log").read_text(errors="replace").splitlines():
                 record = _json_line(line)
                 if record.get("outcome") == "done" and datetime.fromisoformat(record["time"]).timestamp() >= since:
-                    totals[record["stage"]] = totals.get(record["stage"], 0.0) + record["duration_ms"]
+                    totals[record["stage"]] = totals.get(record["stage"], 0.0) + record[field]
         return totals
 
     def tail(self) -> str:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 # Fields a record may carry through `extra=`; they become top-level keys of the JSON line.
-CONTEXT_FIELDS = ("document_id", "page_id", "stage", "tenant", "duration_ms", "outcome", "code")
+CONTEXT_FIELDS = ("document_id", "page_id", "stage", "tenant", "duration_ms", "cpu_ms", "outcome", "code")
 
 
 class JsonFormatter(logging.Formatter):

@@ -71,11 +71,12 @@ def queues(settings: Settings) -> dict[Stage, Queue]:
 
 
 def run_stage(ctx: Context, stage: Stage, key: str | int) -> None:
-    """Run one stage and log it with its key, its duration and how it ended (the one place both the Celery tasks
-    and the embedded workers go through)."""
+    """Run one stage and log it with its key, its duration, the CPU time its thread spent (the engine's own work
+    for a recognize is not in it) and how it ended (the one place both the Celery tasks and the embedded workers go
+    through)."""
     node = GRAPH[stage]
     fields: dict[str, Any] = {"stage": stage, node.key: key}
-    started = time.perf_counter()
+    started, started_cpu = time.perf_counter(), time.thread_time()
     try:
         node.run(ctx, key)
     except Exception as exc:
@@ -85,7 +86,8 @@ def run_stage(ctx: Context, stage: Stage, key: str | int) -> None:
         log.warning("%s %s raised: %s", stage, key, exc, exc_info=code is None,
                     extra={**fields, "outcome": "raised", "duration_ms": _since(started), **coded})
         raise
-    log.info("%s %s done", stage, key, extra={**fields, "outcome": "done", "duration_ms": _since(started)})
+    log.info("%s %s done", stage, key, extra={**fields, "outcome": "done", "duration_ms": _since(started),
+                                              "cpu_ms": round((time.thread_time() - started_cpu) * 1000.0, 1)})
     for next_stage, next_key in take_inline():
         run_stage(ctx, next_stage, next_key)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -221,3 +222,18 @@ def test_work_enters_the_graph_only_at_an_entry():
         with pytest.raises(NotInGraph, match="not an entry"):
             enter(dispatcher, stage, 7)
     assert dispatcher.sent == [(START, "doc", 0.0)]
+
+
+def test_a_done_line_carries_the_stage_s_wall_time_and_its_thread_s_cpu_time(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path):
+    def busy_then_idle(ctx, page_id):
+        spin_until = time.thread_time() + 0.05
+        while time.thread_time() < spin_until:
+            pass
+        time.sleep(0.1)  # waiting (as a recognize waits on the engine) costs the thread no CPU
+
+    monkeypatch.setitem(GRAPH, "recognize", replace(GRAPH["recognize"], run=busy_then_idle))
+    caplog.set_level("INFO", logger="quire.stages")
+    run_stage(SimpleNamespace(settings=Settings(cache_dir=tmp_path, _env_file=None)), "recognize", 1)
+    (done,) = [record for record in caplog.records if record.name == "quire.stages"]
+    assert done.duration_ms >= 150 and 50 <= done.cpu_ms < 120
