@@ -288,13 +288,11 @@ def _region_output(page: RenderedPage, item: PreparedRegion, recognition: Recogn
     region = item.region
     base = RegionOutput(region.order, region.label, region.score, region.bbox, page.to_points(region.bbox),
                         item.task, "none")
-    if item.task is None:
-        return replace(base, source="text-layer", content=RegionContent(item.text)) if item.text is not None else base
-    if item.crop_box is None:
+    if item.task is not None and item.crop_box is None:
         return replace(base, error=Problem("empty_region", f"box {region.bbox} lies outside the page or has no area"))
     if item.text is not None:
         return replace(base, source="text-layer", content=RegionContent(item.text))
-    return recognized_region(base, recognition)
+    return base if item.task is None else recognized_region(base, recognition)
 
 
 def recognized_region(base: RegionOutput, recognition: Recognition | None) -> RegionOutput:
