@@ -27,12 +27,12 @@ RATE_WINDOW = timedelta(seconds=60)  # pages/s is the pages finished in the last
 
 
 class ServiceCollector(Collector):
-    def __init__(self, services: Context) -> None:
-        self.services = services
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
 
     def collect(self) -> Iterator[Metric]:
         documents = GaugeMetricFamily("quire_documents", "Documents by status", labels=["status"])
-        with session_scope(self.services.db) as session:
+        with session_scope(self.ctx.db) as session:
             counts = dict(session.execute(select(Document.status, func.count()).group_by(Document.status)).all())
             since = utcnow() - RATE_WINDOW
             finished = session.scalar(select(func.count()).select_from(Page).where(
@@ -42,7 +42,7 @@ class ServiceCollector(Collector):
         yield documents
         yield GaugeMetricFamily("quire_pages_per_second", "Pages finished per second over the last minute",
                                 value=finished / RATE_WINDOW.total_seconds())
-        dispatcher = self.services.dispatcher
+        dispatcher = self.ctx.dispatcher
         if isinstance(dispatcher, Observable):
             depths = GaugeMetricFamily("quire_queue_depth", "Tasks waiting per queue", labels=["queue"])
             for queue, depth in dispatcher.queue_depths().items():
@@ -50,13 +50,13 @@ class ServiceCollector(Collector):
             yield depths
 
 
-def install_metrics(app: FastAPI, services: Context) -> None:
+def install_metrics(app: FastAPI, ctx: Context) -> None:
     """Count every request by route and status, and serve the registry at GET /metrics."""
     registry = CollectorRegistry()
     requests = Counter("quire_http_requests", "HTTP requests", ["method", "route", "status"], registry=registry)
     latency = Histogram("quire_http_request_seconds", "HTTP request latency", ["method", "route"], registry=registry)
-    registry.register(ServiceCollector(services))
-    dispatcher = services.dispatcher
+    registry.register(ServiceCollector(ctx))
+    dispatcher = ctx.dispatcher
     if isinstance(dispatcher, Observable):
         registry.register(EngineCollector(dispatcher.engine_stats))
 

@@ -39,17 +39,17 @@ router = APIRouter(prefix="/v1/batches", tags=["batches"])
 
 @router.post("", status_code=202, response_model=BatchAccepted, openapi_extra=batch_openapi(),
              responses=error_responses(400, 413, 422))
-async def create_batch(request: Request, response: Response, services: ContextDep, tenant: TenantId) -> BatchAccepted:
+async def create_batch(request: Request, response: Response, ctx: ContextDep, tenant: TenantId) -> BatchAccepted:
     """Upload several documents, or one archive of them, as one batch; answered once all of it is durable."""
-    settings = services.settings
-    received = await receive_form(request, BatchForm(services.blobs, settings), settings.max_archive_bytes)
+    settings = ctx.settings
+    received = await receive_form(request, BatchForm(ctx.blobs, settings), settings.max_archive_bytes)
     try:
         options = form_options(received.fields)
         # Shielded: a client that goes away must not leave committed documents that were never started.
         with anyio.CancelScope(shield=True):
             accepted = await anyio.to_thread.run_sync(partial(
-                accept_batch, services.db, services.blobs, settings, tenant, received.upload, options))
-            await anyio.to_thread.run_sync(start_batch, services.dispatcher, accepted)
+                accept_batch, ctx.db, ctx.blobs, settings, tenant, received.upload, options))
+            await anyio.to_thread.run_sync(start_batch, ctx.dispatcher, accepted)
     except (ArchiveRefused, NoDocuments) as exc:
         raise ApiError(422, exc.code, str(exc)) from None
     finally:
@@ -61,17 +61,17 @@ async def create_batch(request: Request, response: Response, services: ContextDe
 
 @router.get("", response_model=BatchList, responses=error_responses(400, 422))
 def list_batches(
-    request: Request, services: ContextDep, tenant: TenantId, limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    request: Request, ctx: ContextDep, tenant: TenantId, limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page")] = None,
 ) -> BatchList:
     """The tenant's batches, newest first."""
-    with session_scope(services.db) as session:
+    with session_scope(ctx.db) as session:
         rows, next_cursor = newest_batches(session, tenant, limit, cursor)
         return BatchList(items=[batch_summary_view(request, row) for row in rows], next_cursor=next_cursor)
 
 
 @router.get("/{batch_id}", response_model=BatchStatus, responses=error_responses(404, 422))
-def get_batch(request: Request, services: ContextDep, tenant: TenantId, batch_id: str) -> BatchStatus:
+def get_batch(request: Request, ctx: ContextDep, tenant: TenantId, batch_id: str) -> BatchStatus:
     """The batch's documents by status, their pages and regions summed, and the files it rejected."""
-    with session_scope(services.db) as session:
+    with session_scope(ctx.db) as session:
         return batch_status_view(request, session, owned_batch(session, tenant, batch_id))

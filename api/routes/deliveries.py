@@ -16,9 +16,9 @@ router = APIRouter(prefix="/v1/documents", tags=["webhooks"])
 
 
 @router.get("/{document_id}/deliveries", response_model=DeliveryList, responses=error_responses(404, 422))
-def list_deliveries(services: ContextDep, tenant: TenantId, document_id: str) -> DeliveryList:
+def list_deliveries(ctx: ContextDep, tenant: TenantId, document_id: str) -> DeliveryList:
     """The document's webhook delivery attempts, newest first; a failed one says why and when the retry is due."""
-    with session_scope(services.db) as session:
+    with session_scope(ctx.db) as session:
         owned_document(session, tenant, document_id)
         rows = session.scalars(select(WebhookDelivery).where(WebhookDelivery.document_id == document_id)
                                .order_by(WebhookDelivery.created_at.desc(), WebhookDelivery.id.desc()))

@@ -42,22 +42,22 @@ RESULT_MEDIA_TYPES = {"json": "application/json", "markdown": "text/markdown; ch
              responses={200: {"model": DocumentAccepted, "description": "The upload repeats an existing document"},
                         **error_responses(400, 409, 413, 415, 422)})
 async def create_document(
-    request: Request, response: Response, services: ContextDep, tenant: TenantId,
+    request: Request, response: Response, ctx: ContextDep, tenant: TenantId,
     idempotency_key: Annotated[str | None, Header(max_length=256, description=(
         "Retry-safe uploads: the same key with the same request returns the first document (200); "
         "with a different file, name or options it is a 409 `idempotency_conflict`"))] = None,
 ) -> DocumentAccepted:
     """Upload a document for processing; answered once its bytes and row are durable."""
-    upload = await receive_upload(request, services.blobs, services.settings.max_upload_bytes)
+    upload = await receive_upload(request, ctx.blobs, ctx.settings.max_upload_bytes)
     try:
         options = form_options(upload.fields)
         # Shielded: a client that goes away must not leave a committed document that was never started.
         with anyio.CancelScope(shield=True):
             accepted = await anyio.to_thread.run_sync(partial(
-                accept_upload, services.db, services.settings, tenant, upload.filename, upload.writer, options,
+                accept_upload, ctx.db, ctx.settings, tenant, upload.filename, upload.writer, options,
                 idempotency_key))
             if accepted.created:
-                await anyio.to_thread.run_sync(start_document, services.dispatcher, accepted.document.id)
+                await anyio.to_thread.run_sync(start_document, ctx.dispatcher, accepted.document.id)
     except IdempotencyConflict as exc:
         raise ApiError(409, exc.code, str(exc)) from None
     finally:
@@ -72,20 +72,20 @@ async def create_document(
 
 @router.get("", response_model=DocumentList, responses=error_responses(400, 422))
 def list_documents(
-    request: Request, services: ContextDep, tenant: TenantId, status: DocumentState | None = None,
+    request: Request, ctx: ContextDep, tenant: TenantId, status: DocumentState | None = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page")] = None,
 ) -> DocumentList:
     """The tenant's documents, newest first."""
-    with session_scope(services.db) as session:
+    with session_scope(ctx.db) as session:
         rows, next_cursor = newest_documents(session, tenant, status, limit, cursor)
         return DocumentList(items=[document_summary_view(request, row) for row in rows], next_cursor=next_cursor)
 
 
 @router.get("/{document_id}", response_model=DocumentStatus, responses=error_responses(404, 422))
-def get_document(request: Request, services: ContextDep, tenant: TenantId, document_id: str) -> DocumentStatus:
+def get_document(request: Request, ctx: ContextDep, tenant: TenantId, document_id: str) -> DocumentStatus:
     """Status and progress."""
-    with session_scope(services.db) as session:
+    with session_scope(ctx.db) as session:
         document = owned_document(session, tenant, document_id)
         return document_status_view(request, document, region_counts(session, document_id))
 
@@ -94,46 +94,46 @@ def get_document(request: Request, services: ContextDep, tenant: TenantId, docum
     200: {"content": {media_type: {} for media_type in RESULT_MEDIA_TYPES.values()},
           "description": "The JSON (pipeline/documents/result.schema.json) or the Markdown"},
     **error_responses(404, 409, 422)})
-def get_result(services: ContextDep, tenant: TenantId, document_id: str,
+def get_result(ctx: ContextDep, tenant: TenantId, document_id: str,
                format: Literal["json", "markdown"] = "json") -> StreamingResponse:
     """The finished document; 409 `not_ready` until it is succeeded, partial or failed."""
-    with session_scope(services.db) as session:
+    with session_scope(ctx.db) as session:
         document = owned_document(session, tenant, document_id)
         status, key = document.status, document.result_key if format == "json" else document.markdown_key
     if status not in READY:
         raise ApiError(409, "not_ready", f"the document is {status}; a result exists once it has finished")
     missing = ApiError(404, "result_not_found", f"document {document_id} has no {format} result")
-    return _blob_response(services.blobs, key, RESULT_MEDIA_TYPES[format], missing)
+    return _blob_response(ctx.blobs, key, RESULT_MEDIA_TYPES[format], missing)
 
 
 @router.get("/{document_id}/pages/{number}", response_model=PageResult, responses=error_responses(404, 422))
-def get_page(request: Request, services: ContextDep, tenant: TenantId, document_id: str, number: int) -> PageResult:
+def get_page(request: Request, ctx: ContextDep, tenant: TenantId, document_id: str, number: int) -> PageResult:
     """Page `number`, counted from 1, with its regions as far as they are recognised."""
-    with session_scope(services.db) as session:
+    with session_scope(ctx.db) as session:
         return page_view(request, owned_page(session, tenant, document_id, number))
 
 
 @router.get("/{document_id}/pages/{number}/image", response_class=StreamingResponse,
             responses={200: {"content": {"image/png": {}}, "description": "The rendered page"},
                        **error_responses(404, 422)})
-def get_page_image(services: ContextDep, tenant: TenantId, document_id: str, number: int) -> StreamingResponse:
+def get_page_image(ctx: ContextDep, tenant: TenantId, document_id: str, number: int) -> StreamingResponse:
     """The rendered page image (PNG); 404 `page_image_not_ready` until the page is rendered."""
-    with session_scope(services.db) as session:
+    with session_scope(ctx.db) as session:
         key = owned_page(session, tenant, document_id, number).image_key
     missing = ApiError(404, "page_image_not_ready", f"page {number} of document {document_id} is not rendered yet")
-    return _blob_response(services.blobs, key, "image/png", missing)
+    return _blob_response(ctx.blobs, key, "image/png", missing)
 
 
 @router.get("/{document_id}/pages/{number}/regions/{order}/image", response_class=Response,
             responses={200: {"content": {"image/png": {}}, "description": "The region's crop"},
                        **error_responses(404, 422)})
-def get_region_image(services: ContextDep, tenant: TenantId, document_id: str, number: int, order: int) -> Response:
+def get_region_image(ctx: ContextDep, tenant: TenantId, document_id: str, number: int, order: int) -> Response:
     """The crop of the region whose `order` (as the page's JSON has it) this is, margin included (PNG): the pixels
     `quire process` saves for a picture and the model reads for any other region, so a picture in the Markdown and
     a reviewer's doubt about a region's text are both answered here. Cut from the page image when asked, not
     stored apart; 404 `region_not_found` for no such region, `region_image_not_found` for one with no pixels on
     the page."""
-    with session_scope(services.db) as session:
+    with session_scope(ctx.db) as session:
         page = owned_page(session, tenant, document_id, number)
         region = next((region for region in page.regions if region.reading_order == order), None)
         if region is None:
@@ -142,31 +142,31 @@ def get_region_image(services: ContextDep, tenant: TenantId, document_id: str, n
     if key is None or box is None:
         raise ApiError(404, "region_image_not_found", f"region {order} of page {number} has no pixels on the page")
     try:
-        with services.blobs.open(key) as handle, Image.open(handle) as image:
+        with ctx.blobs.open(key) as handle, Image.open(handle) as image:
             return Response(_png(image.crop(tuple(box))), media_type="image/png")
     except BlobNotFound:
         raise ApiError(404, "region_image_not_found", f"page {number} of document {document_id} has no image") from None
 
 
 @router.post("/{document_id}/cancel", response_model=DocumentStatus, responses=error_responses(404, 409, 422))
-def cancel(request: Request, services: ContextDep, tenant: TenantId, document_id: str) -> DocumentStatus:
+def cancel(request: Request, ctx: ContextDep, tenant: TenantId, document_id: str) -> DocumentStatus:
     """Stop the document's work: pages not started are skipped, its regions in the engine are aborted, and no
     result is written after this answers. Canceling a canceled document is fine; a finished one is a 409."""
     try:
-        document = cancel_document(services.db, services.dispatcher, tenant, document_id)
+        document = cancel_document(ctx.db, ctx.dispatcher, tenant, document_id)
     except NotCancelable as exc:
         raise ApiError(409, exc.code, str(exc)) from None
     if document is None:
         raise ApiError(404, "document_not_found", f"no document {document_id}")
-    with session_scope(services.db) as session:
+    with session_scope(ctx.db) as session:
         document = owned_document(session, tenant, document_id)
         return document_status_view(request, document, region_counts(session, document_id))
 
 
 @router.delete("/{document_id}", status_code=204, response_class=Response, responses=error_responses(404, 422))
-def remove_document(services: ContextDep, tenant: TenantId, document_id: str) -> Response:
+def remove_document(ctx: ContextDep, tenant: TenantId, document_id: str) -> Response:
     """Delete the document, its pages and results, and its blobs that no other document shares."""
-    if not delete_document(services.db, services.blobs, tenant, document_id):
+    if not delete_document(ctx.db, ctx.blobs, tenant, document_id):
         raise ApiError(404, "document_not_found", f"no document {document_id}")
     return Response(status_code=204)
 

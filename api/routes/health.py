@@ -24,8 +24,8 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/health", response_model=Health)
-def health(services: ContextDep) -> Health:
-    with services.db.connect() as connection:
+def health(ctx: ContextDep) -> Health:
+    with ctx.db.connect() as connection:
         connection.execute(text("SELECT 1"))
     return Health(status="ok")
 
@@ -36,46 +36,46 @@ def healthz() -> Health:
 
 
 @router.get("/readyz", response_model=Health, responses={503: {"model": Health}})
-def readyz(services: ContextDep, response: Response) -> Health:
+def readyz(ctx: ContextDep, response: Response) -> Health:
     """Ready when the database and (in the distributed mode) the broker answer and no recognition host says its
     model does not load; 503 with what failed otherwise."""
-    broker = _broker(services)
-    problems = [problem for problem in (_database(services), broker) if problem]
-    problems += [] if broker else _models(services)  # the GPU workers report through the broker
+    broker = _broker(ctx)
+    problems = [problem for problem in (_database(ctx), broker) if problem]
+    problems += [] if broker else _models(ctx)  # the GPU workers report through the broker
     if problems:
         response.status_code = 503
         return Health(status="unavailable", problems=problems)
     return Health(status="ok")
 
 
-def _database(services: Context) -> str | None:
+def _database(ctx: Context) -> str | None:
     try:
-        with services.db.connect() as connection:
+        with ctx.db.connect() as connection:
             connection.execute(text("SELECT 1"))
     except OperationalError as exc:  # with a stable code: database_missing, database_refused, database_unreachable
-        unavailable = database_unavailable(exc, services.settings.database_url)
+        unavailable = database_unavailable(exc, ctx.settings.database_url)
         return f"database: {unavailable.code}: {unavailable}"
     except Exception as exc:
         return f"database: {type(exc).__name__}: {exc}"
     return None
 
 
-def _broker(services: Context) -> str | None:
-    if not services.settings.broker_url:
+def _broker(ctx: Context) -> str | None:
+    if not ctx.settings.broker_url:
         return None
     try:
-        redis.Redis.from_url(services.settings.broker_url, socket_timeout=2, socket_connect_timeout=2).ping()
+        redis.Redis.from_url(ctx.settings.broker_url, socket_timeout=2, socket_connect_timeout=2).ping()
     except Exception as exc:
         return f"broker: {type(exc).__name__}: {exc}"
     return None
 
 
-def _models(services: Context) -> list[str]:
+def _models(ctx: Context) -> list[str]:
     """`model: <code>: <message>` once per distinct failure (many GPU workers on one checkpoint fail alike)."""
-    if not isinstance(services.dispatcher, ModelReporting):
+    if not isinstance(ctx.dispatcher, ModelReporting):
         return []
     try:
-        statuses = services.dispatcher.model_statuses()
+        statuses = ctx.dispatcher.model_statuses()
     except Exception as exc:  # the broker answered the ping but not this read
         return [f"model: status unreadable: {type(exc).__name__}: {exc}"]
     return list(dict.fromkeys(problem for status in statuses if (problem := status.problem)))

@@ -41,10 +41,10 @@ def asset(name: str) -> FileResponse:
 @router.get("/v1/documents/{document_id}/pages/{number}/html", response_class=HTMLResponse, tags=["documents"],
             responses={200: {"content": {"text/html": {}}, "description": "An HTML fragment"},
                        **error_responses(404, 422)})
-def get_page_html(services: ContextDep, tenant: TenantId, document_id: str, number: int) -> HTMLResponse:
+def get_page_html(ctx: ContextDep, tenant: TenantId, document_id: str, number: int) -> HTMLResponse:
     """Page `number`'s Markdown as sanitized HTML: tables kept, formulas as MathML, pictures as images of their
     crops, every other tag the recognised text holds shown as text."""
-    with session_scope(services.db) as session:
+    with session_scope(ctx.db) as session:
         page = owned_page(session, tenant, document_id, number)
         pictures = picture_links(document_id, [page])
         markdown = page_markdown(page_output(page), MarkdownOptions(pictures=pictures))
