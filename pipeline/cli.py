@@ -466,7 +466,8 @@ def _recognize(args: argparse.Namespace) -> int:
 def _recognize_one(engine: Engine, path: Path, task: str, max_tokens: int) -> bool:
     """Print one image's result (or its error) as a JSON line; False when it was not an image."""
     from .documents.ingest import sniff
-    from .engine.processor import TASK_PROMPTS, ImageError
+    from .engine.images import ImageError
+    from .engine.prompts import TASK_PROMPTS
     from .engine.request import Request
 
     data = path.read_bytes()

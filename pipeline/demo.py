@@ -16,6 +16,7 @@ from pipeline.documents.results import DocumentOutput
 from pipeline.documents.sample_pdf import write_sample_pdf
 from pipeline.documents.summary import summary_line
 from pipeline.documents_api import DocumentProcessor
+from pipeline.engine.model.loader import local_checkpoint
 
 MARKDOWN_LINES = 16  # of the result shown on the console
 LINE_WIDTH = 100  # longer lines (a random model's noise) are cut there
@@ -42,21 +43,6 @@ def run_demo(settings: Settings, checkpoint: Path | None = None, max_tokens: int
             f"are noise; the text comes from the PDF's text layer. For real results: `quire models pull` (downloads "
             f"{settings.model}, about 2 GB), then `make demo` again or `quire process your.pdf -o out/`.")
     return document
-
-
-def local_checkpoint(model: str) -> Path | None:
-    """`model`'s checkpoint directory if it is on this machine (a directory, or the Hugging Face cache), else None;
-    never downloads."""
-    path = Path(model).expanduser()
-    if path.is_dir():
-        return path if (path / "config.json").is_file() else None
-    from huggingface_hub import snapshot_download
-
-    try:
-        cached = Path(snapshot_download(model, local_files_only=True))
-    except Exception:  # not cached, or not a repo id: either way not here
-        return None
-    return cached if (cached / "config.json").is_file() and any(cached.glob("*.safetensors")) else None
 
 
 def _tiny_checkpoint(directory: Path) -> Path:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pipeline.config import Settings
 from pipeline.engine.devices import MAX_NUM_SEQS, default_for, resolve_device
 from pipeline.engine.model.quantization import DEFAULT_GROUP_SIZE
-from pipeline.engine.processor import TASK_PROMPTS
+from pipeline.engine.prompts import TASK_PROMPTS
 
 # what measured best on a CPU (benchmarks/service_overhead.py: engine busy 73 % with 2 pages, 82 % with 8)
 MIN_GPU_THREADS = 8
@@ -59,6 +59,12 @@ def gpu_threads(settings: Settings) -> int:
     a CPU.
     """
     return settings.gpu_threads or max(MIN_GPU_THREADS, max_num_seqs(settings) // SEQUENCES_PER_PAGE)
+
+
+def pages_in_flight(settings: Settings) -> int:
+    """Pages `quire process` keeps between their render and their output: QUIRE_PAGES_IN_FLIGHT, else, as for
+    gpu_threads, enough pages to fill the engine's batch (and never fewer than a CPU's measured 16)."""
+    return settings.pages_in_flight or max(16, max_num_seqs(settings) // SEQUENCES_PER_PAGE)
 
 
 def layout_device(settings: Settings) -> str:

@@ -13,7 +13,8 @@ from prometheus_client.registry import Collector
 ENGINE_COUNTERS = frozenset({
     "block_evictions", "prefix_query_tokens", "prefix_hit_tokens", "encoder_cache_hits", "encoder_cache_misses",
     "encoder_cache_evictions", "vision_tower_calls", "vision_tower_images", "preemptions", "busy_ms",
-    "decode_graph_steps", "schedule_ms", "prepare_ms", "forward_ms", "sample_ms", "update_ms"})
+    "decode_graph_steps", "schedule_ms", "prepare_ms", "forward_ms", "sample_ms", "update_ms", "steps",
+    "step_sequences"})
 
 
 def engine_families(stats: dict[str, int]) -> Iterator[Metric]:

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Protocol
 from PIL import Image
 
 from pipeline.documents.results import Problem, Usage
-from pipeline.engine.processor import TASK_PROMPTS, ImageError
+from pipeline.engine.images import ImageError, ModelImage
+from pipeline.engine.prompts import TASK_PROMPTS
 from pipeline.engine.request import EngineError, Output, Request
 
 if TYPE_CHECKING:
@@ -28,9 +29,10 @@ TASKS: frozenset[str] = frozenset({"ocr", "table", "formula", "chart", "seal"})
 
 @dataclass(frozen=True)
 class RecognitionTask:
-    """One region to recognise: its crop and the task (`ocr`, `table`, `formula`, `chart`, `seal`)."""
+    """One region to recognise: its crop (or the crop already cut to the model's grid by a page worker) and the
+    task (`ocr`, `table`, `formula`, `chart`, `seal`)."""
 
-    image: Image.Image
+    image: Image.Image | ModelImage
     task: str
     tag: str | None = None  # names the engine request (with a unique suffix), so logs and tests can tell whose it is
 
@@ -92,10 +94,14 @@ class EngineRecognizer:
         self.max_tokens = max_tokens if isinstance(max_tokens, Mapping) else dict.fromkeys(TASKS, max_tokens)
         self.cache_salt = cache_salt  # per-tenant prefix-cache salt (see DESIGN.md, engine invariant 1)
 
-    def submit(self, task: RecognitionTask) -> Future[Recognition]:
+    def request(self, task: RecognitionTask) -> Request:
+        """The engine request for a region: its task's prompt over its crop, at most its task's tokens."""
         request_id = f"{task.tag}-{uuid.uuid4().hex[:12]}" if task.tag else None
-        request = Request(task_prompt(task.task), [task.image], max_tokens=self.max_tokens[task.task],
-                          cache_salt=self.cache_salt, request_id=request_id)
+        return Request(task_prompt(task.task), [task.image], max_tokens=self.max_tokens[task.task],
+                       cache_salt=self.cache_salt, request_id=request_id)
+
+    def submit(self, task: RecognitionTask) -> Future[Recognition]:
+        request = self.request(task)
         result: Future[Recognition] = Future()
         try:
             pending = self.engine.submit(request)  # preprocesses here, in the caller's thread

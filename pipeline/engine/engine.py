@@ -91,7 +91,7 @@ class Engine:
             if config.encoder_cache_tokens > 0 else None
         prepack_linears(model, config.max_num_seqs)
         self.runner = ModelRunner(model, self.cache, self.encoder_cache, config.attention, config.max_num_seqs,
-                                  config.cuda_graphs)
+                                  config.cuda_graphs, processor.table)
         self.sequences: dict[str, Sequence] = {}
         self.listeners: dict[str, Callable[[Delta], None]] = {}
         self._ids = itertools.count()
@@ -102,6 +102,7 @@ class Engine:
         self._wake = threading.Event()
         self._closed = False
         self._busy_s = 0.0
+        self._steps = self._step_sequences = 0  # steps run, and the sequences in them all together
         self._bound_threads: set[int] = set()
         self.clock = PhaseClock(model.device)
 
@@ -140,7 +141,7 @@ class Engine:
         positions, rope_delta = get_rope_index(prompt.input_ids, prompt.grids, image_id)
         request_id = request.request_id or f"req-{next(self._ids)}"
         detok = IncrementalDetokenizer(self.processor.tokenizer, request.skips_special_tokens, request.stop)
-        pixels = list(prompt.pixel_values.split(prompt.patch_counts)) if prompt.grids else []
+        pixels = list(prompt.patches.split(prompt.patch_counts)) if prompt.grids else []
         hashes = [image_hash(p, grid) for p, grid in zip(pixels, prompt.grids, strict=True)]
         spans = _image_spans(prompt, image_id)
         eos = frozenset() if request.ignore_eos else {self.processor.eos_token_id}
@@ -178,6 +179,8 @@ class Engine:
         step = clock("schedule", self.scheduler.schedule)
         if not step:
             return []
+        self._steps += 1
+        self._step_sequences += len(step.items)
         batch, tensors = clock("prepare", self.runner.prepare, step)
         logits = clock("forward", self.runner.forward, batch, tensors)
         tokens = clock("sample", sample, logits, batch.sampled)
@@ -227,6 +230,7 @@ class Engine:
             "vision_tower_calls": self.runner.tower_calls, "vision_tower_images": self.runner.tower_images,
             "preemptions": self.scheduler.preemptions, "running": len(self.scheduler.running),
             "waiting": len(self.scheduler.waiting), "busy_ms": int(self._busy_s * 1000),
+            "steps": self._steps, "step_sequences": self._step_sequences,
             "decode_graph_steps": self.runner.graphs.steps if self.runner.graphs else 0,
             **{f"{phase}_ms": int(seconds * 1000) for phase, seconds in self.clock.seconds.items()}}
 

@@ -9,9 +9,8 @@ model.
 from __future__ import annotations
 
 import functools
-import io
-import math
-from dataclasses import dataclass, field, replace
+import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,174 +18,51 @@ import numpy as np
 import torch
 from jinja2 import TemplateSyntaxError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
 from .errors import CheckpointError
+from .images import ImageSettings, ModelImage, load_image, model_image, normalization_table
 from .model.config import FETCH_AGAIN, read_json
 from .model.rope import Grid
-
-TASK_PROMPTS = {
-    "ocr": "OCR:",
-    "table": "Table Recognition:",
-    "formula": "Formula Recognition:",
-    "chart": "Chart Recognition:",
-    "spotting": "Spotting:",
-    "seal": "Seal Recognition:",
-}
-PROMPT_TASKS = {prompt: task for task, prompt in TASK_PROMPTS.items()}
-DEFAULT_MAX_IMAGE_PIXELS = 100_000_000
-# PaddleOCR-VL-1.5's model card: spotting reads small text over the whole crop, so it gets a larger pixel budget
-# than the checkpoint's other tasks and doubles (LANCZOS) an image whose both sides are under 1500 px.
-TASK_IMAGE_SETTINGS: dict[str, dict[str, int]] = {"spotting": {"max_pixels": 2048 * 28 * 28, "upscale_below": 1500}}
-MAX_ASPECT_RATIO = 200
-
-
-class ImageError(ValueError):
-    """An image the processor refuses; `code` is stable, the message is for people."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-
-
-def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
-    """Nearest (multiple-of-factor) size within the pixel limits; Python's half-to-even round on purpose."""
-    if height < factor:
-        width, height = round(width * factor / height), factor
-    if width < factor:
-        height, width = round(height * factor / width), factor
-    if max(height, width) / min(height, width) > MAX_ASPECT_RATIO:
-        raise ImageError("aspect_ratio", f"aspect ratio of {width}x{height} is over {MAX_ASPECT_RATIO}")
-    h_bar, w_bar = round(height / factor) * factor, round(width / factor) * factor
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt(height * width / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h_bar = math.ceil(height * beta / factor) * factor
-        w_bar = math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
-
-
-def load_image(source: Image.Image | bytes | str | Path, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS) -> Image.Image:
-    """Open and check an image without decoding more than `max_pixels` (a decompression-bomb guard)."""
-    if isinstance(source, Image.Image):
-        image = source
-    else:
-        data = source if isinstance(source, bytes) else Path(source).read_bytes()
-        try:
-            image = Image.open(io.BytesIO(data))
-        except Image.DecompressionBombError as exc:
-            raise ImageError("too_many_pixels", str(exc)) from exc
-        except UnidentifiedImageError as exc:  # its message is only the BytesIO's repr
-            raise ImageError("undecodable", "not an image PIL can read (PNG, JPEG, TIFF, WebP, …)") from exc
-        except (OSError, ValueError) as exc:
-            raise ImageError("undecodable", f"not a decodable image ({exc})") from exc
-    width, height = image.size
-    if width == 0 or height == 0:
-        raise ImageError("zero_size", f"image has zero size {width}x{height}")
-    if width * height > max_pixels:
-        raise ImageError("too_many_pixels", f"{width}x{height} is over the limit of {max_pixels} pixels")
-    try:
-        image.load()
-    except (OSError, ValueError) as exc:
-        raise ImageError("undecodable", f"image data is truncated or corrupt ({exc})") from exc
-    return image
-
-
-def to_rgb(image: Image.Image) -> Image.Image:
-    """RGB as transformers makes it: anything else goes through RGBA and is composited onto white."""
-    if image.mode == "RGB":
-        return image
-    rgba = image.convert("RGBA")
-    return Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255)), rgba).convert("RGB")
-
-
-@dataclass(frozen=True)
-class ImageSettings:
-    min_pixels: int = 147384
-    max_pixels: int = 2822400
-    patch_size: int = 14
-    merge_size: int = 2
-    mean: tuple[float, ...] = (0.5, 0.5, 0.5)
-    std: tuple[float, ...] = (0.5, 0.5, 0.5)
-    rescale_factor: float = 1 / 255
-    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
-    upscale_below: int = 0  # an image whose both sides are shorter is doubled first; 0: never
-
-    @classmethod
-    def from_file(cls, path: Path, **overrides: Any) -> ImageSettings:
-        """The checkpoint's own limits (they differ by version: v1 min 147384 / max 2822400, 1.5 112896 / 1003520)."""
-        raw = read_json(path, "preprocessor")
-        size = raw.get("size") or {}
-        values = {
-            "min_pixels": raw.get("min_pixels", size.get("shortest_edge", cls.min_pixels)),
-            "max_pixels": raw.get("max_pixels", size.get("longest_edge", cls.max_pixels)),
-            "patch_size": raw.get("patch_size", cls.patch_size),
-            "merge_size": raw.get("merge_size", cls.merge_size),
-            "mean": tuple(raw.get("image_mean", cls.mean)),
-            "std": tuple(raw.get("image_std", cls.std)),
-            "rescale_factor": raw.get("rescale_factor", cls.rescale_factor),
-        }
-        values.update(overrides)
-        settings = cls(**values)
-        if not _usable(settings):
-            raise CheckpointError(f"{path}: min_pixels {settings.min_pixels}, max_pixels {settings.max_pixels}, "
-                                  f"patch_size {settings.patch_size}, merge_size {settings.merge_size} are not "
-                                  f"usable image limits. {FETCH_AGAIN}", "bad_preprocessor")
-        return settings
-
-    def for_task(self, task: str | None) -> ImageSettings:
-        """These settings as `task` needs them (TASK_IMAGE_SETTINGS); the checkpoint's own for the other tasks."""
-        return replace(self, **TASK_IMAGE_SETTINGS.get(task or "", {}))
-
-
-def _usable(settings: ImageSettings) -> bool:
-    try:
-        return 0 < settings.min_pixels <= settings.max_pixels and settings.patch_size > 0 and settings.merge_size > 0
-    except TypeError:  # a limit given as a string or a list
-        return False
+from .prompts import PROMPT_TASKS
 
 
 def preprocess_image(image: Image.Image, settings: ImageSettings) -> tuple[torch.Tensor, Grid]:
-    """Resize, normalise and cut into raster-order patches → ((gh·gw, 3, p, p), (1, gh, gw))."""
-    image = to_rgb(image)
-    if image.width < settings.upscale_below and image.height < settings.upscale_below:
-        image = image.resize((image.width * 2, image.height * 2), Image.Resampling.LANCZOS)
-    p = settings.patch_size
-    height, width = smart_resize(image.height, image.width, p * settings.merge_size,
-                                 settings.min_pixels, settings.max_pixels)
-    resized = np.asarray(image.resize((width, height), Image.Resampling.BICUBIC))
-    gh, gw = height // p, width // p
-    levels = np.ascontiguousarray(resized.reshape(gh, p, gw, p, 3).transpose(0, 2, 4, 1, 3))
-    table = _normalization_table(settings.rescale_factor, tuple(settings.mean), tuple(settings.std))
-    patches = np.empty(levels.shape, dtype=np.float32)
-    for channel in range(3):
-        np.take(table[channel], levels[:, :, channel], out=patches[:, :, channel])
-    return torch.from_numpy(patches.reshape(gh * gw, 3, p, p)), (1, gh, gw)
+    """Resize, normalise and cut into raster-order patches → ((gh·gw, 3, p, p) float32, (1, gh, gw))."""
+    resized = model_image(image, settings)
+    return normalize(torch.from_numpy(resized.patches), normalization(settings)), resized.grid
 
 
-@functools.lru_cache(maxsize=8)
-def _normalization_table(rescale_factor: float, mean: tuple[float, ...], std: tuple[float, ...]) -> np.ndarray:
-    """(3, 256) float32: each channel's normalised value of each byte, computed as transformers does it (rescaled
-    in float64, then (x - mean) / std in float32). A pixel's value depends only on its byte and channel, so one
-    lookup gives the same bits as the arithmetic over every pixel, which took a region's worth of CPU per crop."""
-    scaled = (np.arange(256, dtype=np.float64) * rescale_factor).astype(np.float32)
-    return (scaled[None, :] - np.asarray(mean, dtype=np.float32)[:, None]) / np.asarray(std, dtype=np.float32)[:, None]
+def normalization(settings: ImageSettings) -> torch.Tensor:
+    """The (3, 256) table that turns each channel's byte into the model's input value (images.normalization_table)."""
+    return torch.from_numpy(normalization_table(settings.rescale_factor, tuple(settings.mean), tuple(settings.std)))
+
+
+def normalize(patches: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """uint8 patches (N, 3, p, p) → float32 model input, by lookup in `table` on the patches' device: the same bits
+    as transformers' rescale-and-normalise, so the engine can send bytes to the GPU and normalise there."""
+    channels = torch.arange(3, device=patches.device).view(1, 3, 1, 1)
+    return table.to(patches.device)[channels, patches.long()]
 
 
 @dataclass
 class Prompt:
-    """A tokenised prompt ready for the engine: ids with placeholders expanded, and its images."""
+    """A tokenised prompt ready for the engine: ids with placeholders expanded, and its images as uint8 patches
+    (`patches`), normalised by `table` where the model runs (`pixel_values` normalises them here, for callers that
+    want the model's input itself)."""
 
     input_ids: list[int]
-    pixel_values: torch.Tensor | None = None
+    patches: torch.Tensor | None = None
     grids: list[Grid] = field(default_factory=list)
+    table: torch.Tensor | None = None
 
     @property
     def patch_counts(self) -> list[int]:
         return [t * h * w for t, h, w in self.grids]
+
+    @property
+    def pixel_values(self) -> torch.Tensor | None:
+        return None if self.patches is None else normalize(self.patches, self.table)
 
 
 def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -227,7 +103,8 @@ class Processor:
             messages=normalize_messages(messages), add_generation_prompt=add_generation_prompt, **special)
 
     def encode_messages(self, messages: list[dict[str, Any]]) -> Prompt:
-        """Render and tokenise chat messages; image parts carry a PIL image (or bytes/path) under "image"."""
+        """Render and tokenise chat messages; image parts carry a PIL image (or bytes/path, or a ModelImage already
+        cut to the model's grid) under "image"."""
         parts = [part for m in normalize_messages(messages) for part in m["content"]]
         images = [part["image"] for part in parts if part.get("type") == "image"]
         text = "".join(part.get("text", "") for part in parts if part.get("type") == "text").strip()
@@ -235,9 +112,23 @@ class Processor:
         return self._with_images(ids, images, self.settings.for_task(PROMPT_TASKS.get(text)))
 
     def encode(self, prompt: str, images: list[Any] | None = None) -> Prompt:
-        """One user turn: the images first, then the text (a task prompt such as `OCR:`)."""
-        parts = [{"type": "image", "image": image} for image in images or []] + [{"type": "text", "text": prompt}]
-        return self.encode_messages([{"role": "user", "content": parts}])
+        """One user turn: the images first, then the text (a task prompt such as `OCR:`). The rendered ids depend
+        only on the text and the number of images, so they are tokenised once per pair (every region of a document
+        asks for one of a handful of task prompts)."""
+        images = images or []
+        ids = self._turn_ids(prompt, len(images))
+        return self._with_images(list(ids), images, self.settings.for_task(PROMPT_TASKS.get(prompt.strip())))
+
+    @functools.lru_cache(maxsize=64)  # noqa: B019  # one Processor per engine, living as long as it
+    def _turn_ids(self, prompt: str, images: int) -> tuple[int, ...]:
+        parts = [{"type": "image", "image": None}] * images + [{"type": "text", "text": prompt}]
+        rendered = self.render([{"role": "user", "content": parts}])
+        return tuple(self.tokenizer(rendered, add_special_tokens=False)["input_ids"])
+
+    @property
+    def table(self) -> torch.Tensor:
+        """The normalisation table of this checkpoint's images (the same for every task)."""
+        return normalization(self.settings)
 
     def _with_images(self, ids: list[int], images: list[Any], settings: ImageSettings | None = None) -> Prompt:
         settings = settings or self.settings
@@ -246,31 +137,57 @@ class Processor:
             raise ValueError(f"prompt has {placeholders} image placeholders for {len(images)} images")
         if not images:
             return Prompt(list(ids))
-        processed = [preprocess_image(load_image(image, settings.max_image_pixels), settings) for image in images]
-        grids = [grid for _, grid in processed]
+        resized = [self._model_image(image, settings) for image in images]
+        grids = [image.grid for image in resized]
         merge = settings.merge_size ** 2
         expanded: list[int] = []
         counts = iter(t * h * w // merge for t, h, w in grids)
         for token in ids:
             expanded.extend([token] * next(counts) if token == self.image_token_id else [token])
-        return Prompt(expanded, torch.cat([patches for patches, _ in processed]), grids)
+        patches = torch.from_numpy(resized[0].patches if len(resized) == 1 else
+                                   np.concatenate([image.patches for image in resized]))
+        return Prompt(expanded, patches, grids, self.table)
+
+    @staticmethod
+    def _model_image(image: Any, settings: ImageSettings) -> ModelImage:
+        """The image cut to the model's grid: done here, or already by a page worker (a ModelImage, checked)."""
+        if not isinstance(image, ModelImage):
+            return model_image(load_image(image, settings.max_image_pixels), settings)
+        if image.patches.dtype != np.uint8 or image.patch_size != settings.patch_size:
+            raise ValueError(f"a ModelImage of {image.patch_size}-pixel {image.patches.dtype} patches; this checkpoint "
+                             f"takes {settings.patch_size}-pixel uint8 patches")
+        return image
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
 
 def _tokenizer(directory: Path) -> Any:
-    from transformers import AutoTokenizer
-
     path = directory / "tokenizer.json"
     if not path.exists() and not (directory / "tokenizer.model").exists():
         raise CheckpointError(f"{path}: not found (nor tokenizer.model). {FETCH_AGAIN}", "no_tokenizer")
     try:
-        return AutoTokenizer.from_pretrained(str(directory))
+        return _tokenizer_class(directory).from_pretrained(str(directory))
     except Exception as exc:  # transformers and tokenizers raise many types for one cause: files it cannot use
         reason = " ".join(f"{type(exc).__name__}: {exc}".split())
         raise CheckpointError(f"{path}: the tokenizer does not load ({reason}). {FETCH_AGAIN}",
                               "bad_tokenizer") from exc
+
+
+def _tokenizer_class(directory: Path) -> Any:
+    """The class tokenizer_config.json names, imported by name from transformers' top level, which imports that
+    class's module alone. AutoTokenizer would read config.json through AutoConfig first, and that imports the
+    model zoo's registry and this model's transformers config (a second of start-up, and a warning about its
+    rope keys) to find what the file already says; it stays the fallback for a file that names no class."""
+    import transformers
+
+    config = directory / "tokenizer_config.json"
+    try:
+        name = json.loads(config.read_text()).get("tokenizer_class") if config.exists() else None
+    except (OSError, ValueError, AttributeError):
+        name = None
+    found = getattr(transformers, name, None) if isinstance(name, str) else None
+    return found if found is not None else transformers.AutoTokenizer
 
 
 def _chat_template(directory: Path) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .processor import TASK_PROMPTS
+from .prompts import TASK_PROMPTS
 
 
 @dataclass

@@ -28,6 +28,16 @@ def test_busy_ms_counts_the_steps_and_not_the_idle_time_between_them(tiny_checkp
     assert engine.stats()["busy_ms"] - busy < 50
 
 
+def test_steps_and_their_sequences_give_the_batch_a_step_ran_on_average(tiny_checkpoint):
+    engine = Engine.from_pretrained(tiny_checkpoint, block_size=4, num_blocks=400)
+    engine.generate([Request(images=[random_image(80, 50, seed=i)], max_tokens=6, ignore_eos=True)
+                     for i in range(3)])
+    stats = engine.stats()
+    assert stats["steps"] >= 6  # a prefill, then a step per token after the first
+    assert stats["step_sequences"] == 3 * stats["steps"]  # the three ran together in every step
+    assert engine.step() == [] and engine.stats()["steps"] == stats["steps"]  # an empty step is no step
+
+
 def test_busy_ms_is_exported_as_a_counter():
     registry = CollectorRegistry()
     registry.register(EngineCollector(lambda: {"busy_ms": 1234}))

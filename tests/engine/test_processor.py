@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import shutil
 import zlib
 
@@ -12,15 +13,9 @@ import torch
 from PIL import Image
 
 from pipeline.engine.errors import CheckpointError
-from pipeline.engine.processor import (
-    TASK_IMAGE_SETTINGS,
-    TASK_PROMPTS,
-    ImageError,
-    ImageSettings,
-    Processor,
-    preprocess_image,
-    smart_resize,
-)
+from pipeline.engine.images import TASK_IMAGE_SETTINGS, ImageError, ImageSettings, model_image, smart_resize
+from pipeline.engine.processor import Processor, normalize, preprocess_image
+from pipeline.engine.prompts import TASK_PROMPTS
 from pipeline.samples.tiny_checkpoint import TinySpec
 from tests.reference import hf_inputs, hf_processor, random_image, user_turn
 
@@ -125,6 +120,40 @@ def test_a_huge_encoded_image_is_refused_from_its_header(processor):
     with pytest.raises(ImageError) as caught:
         processor.encode("OCR:", [huge])
     assert caught.value.code == "too_many_pixels"
+
+
+def test_an_image_a_page_worker_cut_to_the_model_s_grid_is_the_same_prompt(processor):
+    image = random_image(333, 221)
+    cut = model_image(image, processor.settings.for_task("table"))
+    from_worker, from_image = processor.encode("Table Recognition:", [cut]), processor.encode("Table Recognition:",
+                                                                                              [image])
+    assert from_worker.input_ids == from_image.input_ids and from_worker.grids == from_image.grids
+    assert from_worker.patches.dtype == torch.uint8 and torch.equal(from_worker.patches, from_image.patches)
+    assert torch.equal(from_worker.pixel_values, from_image.pixel_values)
+
+
+def test_a_model_image_of_another_patch_size_is_refused(processor):
+    cut = model_image(random_image(100, 60), ImageSettings(patch_size=16, min_pixels=32 * 32))
+    with pytest.raises(ValueError, match="16-pixel"):
+        processor.encode("OCR:", [cut])
+
+
+def test_the_engine_normalises_bytes_to_transformers_values_by_lookup(processor):
+    image = random_image(100, 60)
+    floats, _ = preprocess_image(image, processor.settings)
+    cut = model_image(image, processor.settings)
+    assert torch.equal(normalize(torch.from_numpy(cut.patches), processor.table), floats)
+
+
+def test_the_tokenizer_loads_by_the_class_its_config_names_and_without_one_through_auto(tiny_checkpoint, tmp_path):
+    shutil.copytree(tiny_checkpoint, tmp_path, dirs_exist_ok=True)
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    named = Processor.from_pretrained(tiny_checkpoint).tokenizer
+    del config["tokenizer_class"]
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    auto = Processor.from_pretrained(tmp_path).tokenizer
+    text = "<|IMAGE_START|>OCR: <fcel>a<nl>"
+    assert named("OCR: " + text)["input_ids"] == auto("OCR: " + text)["input_ids"]
 
 
 def test_mismatched_images_and_placeholders_are_refused(processor):

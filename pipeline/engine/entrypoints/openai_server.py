@@ -30,7 +30,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from ..engine import Engine
-from ..processor import ImageError
+from ..images import ImageError
 from ..request import Delta, EngineError, Output, Request
 from ..sequence import Sequence
 from .openai_schemas import (

@@ -55,6 +55,21 @@ def resolve_checkpoint(path_or_id: str | Path) -> Path:
             "model_unavailable") from exc
 
 
+def local_checkpoint(model: str | Path) -> Path | None:
+    """`model`'s checkpoint directory if it is on this machine (a directory, or the Hugging Face cache), else None;
+    never downloads."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return path if (path / "config.json").is_file() else None
+    from huggingface_hub import snapshot_download
+
+    try:
+        cached = Path(snapshot_download(str(model), local_files_only=True))
+    except Exception:  # not cached, or not a repo id: either way not here
+        return None
+    return cached if (cached / "config.json").is_file() and any(cached.glob("*.safetensors")) else None
+
+
 def hub_key(key: str) -> str:
     """Map a transformers-5 tensor name to the hub name the model's modules use."""
     for pattern, replacement in _RENAMES:
@@ -95,8 +110,7 @@ def load_model(
     directory = resolve_checkpoint(path_or_id)
     config = ModelConfig.from_file(directory / "config.json")
     scheme = _load_scheme(directory, quantization, group_size)
-    with torch.device("meta"):
-        model = PaddleOCRVL(config)
+    model = empty_model(config)
     targets, files = checked_tensor_names(model, directory)
     quantized = install(model, scheme, dtype, torch.device(device)) if scheme else {}
     head_from_embedding = not any(name.startswith("lm_head.") for name in files)
@@ -110,6 +124,29 @@ def load_model(
     for module in quantized.values():
         module.finish()
     return model.eval()
+
+
+def empty_model(config: ModelConfig) -> PaddleOCRVL:
+    """The model's modules on the meta device, their initialisers skipped: meta tensors have no values to set, and
+    torch runs an initialiser on meta through its reference ops, which import torch._dynamo (a second and a half of
+    start-up here, and hundreds of modules) for nothing."""
+    saved = {name: getattr(nn.init, name) for name in _INITIALISERS}
+    for name in _INITIALISERS:
+        setattr(nn.init, name, _leave)
+    try:
+        with torch.device("meta"):
+            return PaddleOCRVL(config)
+    finally:
+        for name, initialiser in saved.items():
+            setattr(nn.init, name, initialiser)
+
+
+_INITIALISERS = ("normal_", "uniform_", "kaiming_uniform_", "trunc_normal_", "xavier_uniform_", "zeros_", "ones_",
+                 "constant_")
+
+
+def _leave(tensor: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+    return tensor
 
 
 def stored_quantization(directory: Path) -> Quantization | None:
@@ -156,8 +193,7 @@ def quantized_tensors(directory: Path, scheme: Quantization) -> Iterator[tuple[s
     quantized tensors (the head's from the embedding when it is tied): what `quire models quantize` writes."""
     if stored_quantization(directory) is not None:
         raise CheckpointError(f"{directory} is already quantized: quantize the float checkpoint", "already_quantized")
-    with torch.device("meta"):
-        model = PaddleOCRVL(ModelConfig.from_file(directory / "config.json"))
+    model = empty_model(ModelConfig.from_file(directory / "config.json"))
     targets, files = checked_tensor_names(model, directory)
     for name, target in targets.items():  # before reading any data
         if _quantizes(target):

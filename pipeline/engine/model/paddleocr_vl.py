@@ -293,10 +293,11 @@ class PaddleOCRVL(nn.Module):
 
     def _encode(self, pixel_values: torch.Tensor, grids: Sequence[Grid],
                 attend: Callable[[VisionLayout], VisionAttend]) -> torch.Tensor:
-        """One tower pass over these images; pixels travel as the tower's dtype, pinned, without blocking the host."""
+        """One tower pass over these images; pixels from the host travel as the tower's dtype, pinned, without
+        blocking the host."""
         layout = VisionLayout(grids, self.config.vision.spatial_merge_size, self.device)
         pixels = pixel_values.to(self.visual.vision_model.embeddings.patch_embedding.weight.dtype)
-        if self.device.type != "cpu":
+        if pixels.device != self.device:
             pixels = pixels.pin_memory().to(self.device, non_blocking=True)
         features = self.visual.vision_model(pixels, layout, attend(layout))
         return self.mlp_AR(features, layout).to(self.dtype)

@@ -8,7 +8,8 @@ from PIL import Image
 
 from pipeline.engine.engine import Engine
 from pipeline.engine.model.rope import get_rope_index
-from pipeline.engine.processor import TASK_PROMPTS, normalize_messages
+from pipeline.engine.processor import normalize_messages
+from pipeline.engine.prompts import TASK_PROMPTS
 from pipeline.engine.request import Request
 from tests.reference import ContiguousKV, assert_same_greedy, hf_greedy, hf_logits, random_image, user_turn
 
