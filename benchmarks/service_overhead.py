@@ -5,8 +5,10 @@ paragraph a region and an engine request, none answered from a cache). Both side
 settings (benchmarks/stack.py FAST: 40 dpi, the `pdf` layout, no text layer, 4 tokens a region) on the same model
 (a tiny checkpoint unless `--model`), after a warm-up of `--warmup` other documents that loads the engine.
 
-(a) is what `quire process` does (pipeline/cli.py `_process_all`): one engine in this process, each file through
-process_file with its pages streamed through the window, the outputs written by a DocumentWriter. (b) uploads
+(a) is `quire process`'s single-process path (QUIRE_PROCESS_WORKERS=0): one engine in this process, each file through
+process_file, its pages rendered in this thread while the engine works, the outputs written by a DocumentWriter.
+(benchmarks/pages.py measures the default path, page workers in processes; this one compares the service with the
+pipeline in one process, as both stood when the service's overhead target was set.) (b) uploads
 every document at once from `--clients` clients to `quire serve` with a CPU and a GPU worker (benchmarks/stack.py),
 pages prepared on the queue `--prepare-queue` names; its wall time runs from the first upload to the last document's
 `finished_at`.
@@ -46,6 +48,7 @@ import json
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +71,8 @@ def documents(label: str, count: int, pages: int) -> list[tuple[str, bytes]]:
 
 
 class InProcess:
-    """(a): files through one in-process engine, as `quire process` runs them (pipeline/cli.py `_process_all`); the
-    engine is loaded once and kept between rounds."""
+    """(a): files through one in-process engine, as `quire process` runs them without page workers; the engine is
+    loaded once and kept between rounds."""
 
     def __init__(self, model: Path, root: Path) -> None:
         from pipeline.document_settings import process_options
@@ -80,7 +83,7 @@ class InProcess:
         self.model, self.root = model, root
         self.settings = fast_settings(model)
         self.layout = layout_backend(self.settings.layout, self.settings.layout_model, layout_device(self.settings))
-        self.options = process_options(self.settings)
+        self.options = replace(process_options(self.settings), page_images=True)
         self.engine = Engine.from_pretrained(self.settings.model, **engine_kwargs(self.settings))
         self.recognizer = EngineRecognizer(self.engine, self.settings.max_tokens)
         (root / "inputs").mkdir()
@@ -88,13 +91,13 @@ class InProcess:
     def run(self, files: list[tuple[str, bytes]]) -> tuple[int, int]:
         """Process the files one after another; (pages, regions recognised by the model)."""
         from pipeline.documents.outputs import DocumentWriter
-        from pipeline.documents.process import process_file
+        from pipeline.documents.stream import process_file
 
         pages = regions = 0
         for name, data in files:
             path = self.root / "inputs" / name
             path.write_bytes(data)
-            writer = DocumentWriter(self.root / "outputs", path.stem, self.settings.crop_margin_pt)
+            writer = DocumentWriter(self.root / "outputs", path.stem)
             writer.start()
             document = process_file(path, self.recognizer, self.layout, self.options, writer.page,
                                     model=str(self.model))

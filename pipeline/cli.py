@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from .config import Settings
     from .documents.lazy_recognizer import ModelUnavailable
     from .documents.page_ranges import PageRanges
-    from .documents.process import FinishedPage, PageCallback
+    from .documents.process import FinishedPage
     from .documents_api import DocumentProcessor
     from .engine.engine import Engine
 
@@ -172,7 +172,8 @@ def _process(args: argparse.Namespace) -> int:
     if not todo:
         return 1 if missing else 0
     try:  # the layout model loads first: the engine sizes its KV cache from the GPU memory it leaves free
-        processor = DocumentProcessor(settings, password=args.password, pages=args.pages, max_tokens=args.max_tokens)
+        processor = DocumentProcessor(settings, password=args.password, pages=args.pages, max_tokens=args.max_tokens,
+                                      page_images=True)
     except LayoutModelUnavailable as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -210,23 +211,36 @@ def _inputs_to_process(inputs: list[Path], output: Path, force: bool,
 
 def _process_all(todo: list[Path], names: dict[Path, str], processor: DocumentProcessor,
                  output: Path) -> tuple[int, int]:
-    """Process and write each file in turn through the one processor: (documents that failed, documents with
-    regions skipped for want of a model)."""
+    """Every file through the one processor, the next files' pages starting while earlier files finish; each file's
+    outputs are written as it completes, and the console reports the files in input order: (documents that failed,
+    documents with regions skipped for want of a model)."""
     from .documents.outputs import DocumentWriter
     from .documents.summary import summary_line
 
     failed = skipped = 0
     said_unavailable = False
-    for number, path in enumerate(todo, 1):
-        writer = DocumentWriter(output, names[path], processor.settings.crop_margin_pt)
-        writer.start()
-        progress = _Progress(f"[{number}/{len(todo)}] {path.name}")
-        document = processor.process(path, on_page=progress.wrap(writer.page))
-        writer.finish(document)
+    writers: dict[int, DocumentWriter] = {}
+    console = _Console([path.name for path in todo])
+
+    def writer(position: int) -> DocumentWriter:
+        if position not in writers:
+            writers[position] = DocumentWriter(output, names[todo[position]])
+            writers[position].start()
+        return writers[position]
+
+    def on_page(position: int, finished: FinishedPage) -> None:
+        writer(position).page(finished)
+        console.page(position, finished.page_count)
+
+    for position, document in processor.process_many(todo, on_page):
+        written = writer(position)
+        del writers[position]
+        written.finish(document)
         if processor.unavailable is not None and not said_unavailable:
             _say_skipping(processor.unavailable)
             said_unavailable = True
-        progress.done(summary_line(document, [writer.markdown_path, writer.json_path, writer.pages_dir]))
+        console.done(position, summary_line(document, [written.markdown_path, written.json_path, written.pages_dir]),
+                     document.timings_ms.get("total"))
         failed += document.status == "failed"
         skipped += any(region.skipped for page in document.pages for region in page.regions)
     return failed, skipped
@@ -261,33 +275,37 @@ def _demo_hint(command: str) -> str:
             f"`{command.format(tiny=tiny)}` (its text is not meaningful).")
 
 
-class _Progress:
-    """A one-line progress bar on stderr, redrawn per page on a terminal, printed once when done otherwise."""
+class _Console:
+    """What `quire process` says on stderr: one line per file, in input order, however the files complete; on a
+    terminal, a progress bar of the first file not yet reported, redrawn as its pages finish."""
 
     WIDTH = 24
 
-    def __init__(self, label: str) -> None:
-        self.label, self.started = label, time.perf_counter()
+    def __init__(self, names: list[str]) -> None:
+        self.names, self.started = names, time.perf_counter()
         self.tty = sys.stderr.isatty()
-        self.pages = 0
+        self.pages = [0] * len(names)
+        self.lines: dict[int, str] = {}  # reports of files done before the ones ahead of them
+        self.next = 0
 
-    def wrap(self, on_page: PageCallback) -> PageCallback:
-        """on_page, counting pages and redrawing the bar after each."""
+    def page(self, position: int, page_count: int) -> None:
+        self.pages[position] += 1
+        if self.tty and position == self.next:
+            filled = self.WIDTH * self.pages[position] // max(1, page_count)
+            bar = "#" * filled + "." * (self.WIDTH - filled)
+            print(f"\r{self._label(position)} [{bar}] {self.pages[position]}/{page_count} pages "
+                  f"{time.perf_counter() - self.started:.1f}s", end="", file=sys.stderr, flush=True)
 
-        def counted(finished: FinishedPage) -> None:
-            on_page(finished)
-            self.pages += 1
-            if self.tty:
-                filled = self.WIDTH * self.pages // max(1, finished.page_count)
-                bar = "#" * filled + "." * (self.WIDTH - filled)
-                print(f"\r{self.label} [{bar}] {self.pages}/{finished.page_count} pages "
-                      f"{time.perf_counter() - self.started:.1f}s", end="", file=sys.stderr, flush=True)
+    def done(self, position: int, summary: str, total_ms: float | None) -> None:
+        seconds = total_ms / 1000.0 if total_ms is not None else time.perf_counter() - self.started
+        self.lines[position] = f"{self._label(position)}: {summary} ({seconds:.1f}s)"
+        while self.next in self.lines:
+            end = "\r" if self.tty else ""
+            print(f"{end}{self.lines.pop(self.next)}" + " " * 8, file=sys.stderr)
+            self.next += 1
 
-        return counted
-
-    def done(self, summary: str) -> None:
-        end = "\r" if self.tty else ""
-        print(f"{end}{self.label}: {summary} ({time.perf_counter() - self.started:.1f}s)" + " " * 8, file=sys.stderr)
+    def _label(self, position: int) -> str:
+        return f"[{position + 1}/{len(self.names)}] {self.names[position]}"
 
 
 def _add_service_parsers(commands: argparse._SubParsersAction) -> None:

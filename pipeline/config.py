@@ -45,7 +45,12 @@ class Settings(BaseSettings):
     crop_margin_pt: float = 2.0  # region crops grow by this much on each side
     recognize_charts: bool = False  # charts are pictures unless this asks for `Chart Recognition:`
     recognize_seals: bool = False  # seals are pictures unless this asks for `Seal Recognition:`
-    pages_in_flight: int = 16  # pages rendered ahead while the engine recognises earlier ones
+    # pages between their render and their document's output in `quire process`, over all documents; None: enough
+    # to fill the engine's batch (64 on CUDA, 16 on a CPU: engine_settings.pages_in_flight)
+    pages_in_flight: PositiveInt | None = None
+    # processes that render, lay out and crop pages for `quire process`; None: the machine's cores, less one where
+    # the engine runs on the CPU (and 0, this thread, for the one-document `process()`); 0: this thread
+    process_workers: Annotated[int, Field(ge=0)] | None = None
     # the Celery queue of the prepare stage (render, layout): `gpu` runs it beside the engine, on the GPU worker
     prepare_queue: Literal["cpu", "gpu"] = "cpu"
     max_upload_bytes: int = 200 * 1024 * 1024  # an upload past this is refused while it streams in

@@ -32,9 +32,10 @@ def run_demo(settings: Settings, checkpoint: Path | None = None, max_tokens: int
     tokens = max_tokens or (None if real else TINY_MAX_TOKENS)  # None: the settings' per-task limits
     demo = settings.cache_dir.expanduser() / "demo"
     sample = write_sample_pdf(demo / "sample.pdf")
-    writer = DocumentWriter(demo / "out", "sample", settings.crop_margin_pt)
+    writer = DocumentWriter(demo / "out", "sample")
     writer.start()
-    with DocumentProcessor(settings.model_copy(update={"model": model}), max_tokens=tokens) as processor:
+    with DocumentProcessor(settings.model_copy(update={"model": model}), max_tokens=tokens, workers=0,
+                           page_images=True) as processor:
         document = processor.process(sample, on_page=writer.page)
     writer.finish(document)
     _report(document, writer, sample, say)

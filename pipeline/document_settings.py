@@ -28,4 +28,5 @@ def process_options(settings: Settings, *, tasks: Collection[str] | None = None,
                             recognize_seals=settings.recognize_seals if kinds is None else "seal" in kinds,
                             tasks=kinds)
     limits = Limits(max_file_bytes=settings.max_upload_bytes, max_pages=settings.max_pages, dpi=settings.dpi)
-    return ProcessOptions(limits, regions, password, settings.pages_in_flight, pages=pages)
+    return ProcessOptions(limits, regions, password, settings.pages_in_flight or ProcessOptions.pages_in_flight,
+                          pages=pages)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,3 +64,27 @@ def test_an_engine_given_is_used_and_left_open_for_the_caller(tiny_checkpoint: P
 def test_a_keyword_that_is_no_setting_is_refused():
     with pytest.raises(TypeError, match="not a setting: dpis"):
         process(TEXT_ONLY, dpis=100)
+
+
+def test_the_pdf_layout_with_a_model_imports_the_tokenizer_not_transformers_model_zoo(tiny_checkpoint: Path):
+    """`process` with the `pdf` layout and a model: the tokenizer, not transformers' model zoo, and no module of
+    torch.distributed, FSDP or dynamo beyond those `import torch` itself brings."""
+    script = f"""
+import json, sys
+import torch
+base = set(sys.modules)
+from pipeline import process
+result = process({str(TEXT_ONLY)!r}, layout="pdf", model={str(tiny_checkpoint)!r},
+                 text_layer="off", max_tokens=2, pages="1")
+added = set(sys.modules) - base
+print(json.dumps({{"status": result.status, "source": result.pages[0].regions[0].source,
+                  "added": sorted(m for m in added if m.startswith(("transformers.models", "torch.distributed",
+                                                                    "torch._dynamo")))}}))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env=os.environ | {"QUIRE_CACHE_DIR": str(tiny_checkpoint.parent / "startup-cache")})
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (found["status"], found["source"]) == ("succeeded", "model")
+    assert found["added"] == []
+    assert "Unrecognized keys" not in done.stderr  # transformers' config of the model was never built

@@ -25,7 +25,8 @@ from pipeline.documents.layout_pdf import PdfLayout
 from pipeline.documents.layout_weights import local_layout_weights
 from pipeline.documents.render import RenderedPage
 
-__all__ = ["LAYOUT_BACKENDS", "AutoLayout", "LayoutBackend", "detect_many", "layout_backend"]
+__all__ = ["LAYOUT_BACKENDS", "AutoLayout", "LayoutBackend", "NamedLayout", "batches", "detect_many", "layout_backend",
+           "reads_pdf"]
 
 LAYOUT_BACKENDS = ("auto", "pp-doclayout", "pdf", "page")
 
@@ -46,8 +47,9 @@ class AutoLayout:
 
     name = "auto"
 
-    def __init__(self, model: str, device: str = "cpu") -> None:
-        weights = local_layout_weights(model)
+    def __init__(self, model: str | None, device: str = "cpu") -> None:
+        """`model`: the layout weights to look for on this machine; None: the model-free backends alone."""
+        weights = local_layout_weights(model) if model is not None else None
         self.model: LayoutBackend | None = None
         if weights is not None:
             from pipeline.documents.layout_model import PPDocLayout
@@ -69,6 +71,30 @@ class AutoLayout:
         if self.model is not None:
             return detect_many(self.model, pages)
         return [self.detect(page, source) for page, source in pages]
+
+
+class NamedLayout:
+    """Stands for a layout that runs elsewhere (a model beside the engine) where only its name is needed: a page
+    worker finishing a page with the regions that layout found names the page after it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def detect(self, page: RenderedPage, source: SourcePage) -> list[DetectedRegion]:
+        raise RuntimeError(f"the {self.name} layout runs in the engine's process, not here")
+
+
+def batches(layout: LayoutBackend) -> bool:
+    """Whether `layout` lays pages out in batches (a model: one forward pass for many pages), so pages are rendered
+    first and laid out together; a model-free backend reads each page where it is rendered."""
+    if isinstance(layout, AutoLayout):
+        return layout.model is not None
+    return hasattr(layout, "detect_many")
+
+
+def reads_pdf(layout: LayoutBackend) -> bool:
+    """Whether `layout` reads a PDF's own structure, running headers and footers included (layout_furniture.py)."""
+    return isinstance(layout, PdfLayout) or isinstance(layout, AutoLayout) and layout.model is None
 
 
 def detect_many(layout: LayoutBackend, pages: Sequence[LaidPage]) -> list[list[DetectedRegion]]:

@@ -103,12 +103,17 @@ class _Cache:
                 hit = self.found.get(digest)
             if hit is None:
                 hit = find_furniture(document)
+                self.put(digest, hit)
                 with self.lock:
-                    self.found[digest] = hit
-                    while len(self.found) > self.size:
-                        self.found.popitem(last=False)
                     self.computing.pop(digest, None)
         return hit
+
+    def put(self, digest: str, furniture: Furniture) -> None:
+        with self.lock:
+            self.found[digest] = furniture
+            self.found.move_to_end(digest)
+            while len(self.found) > self.size:
+                self.found.popitem(last=False)
 
     def clear(self) -> None:
         with self.lock:
@@ -121,6 +126,12 @@ _CACHE = _Cache(_CACHED_DOCUMENTS)
 def clear_cache() -> None:
     """Forget every document seen: what a benchmark does to time the first look at a document, as a worker has it."""
     _CACHE.clear()
+
+
+def remember_furniture(sha256: str, furniture: Furniture) -> None:
+    """Take the running lines of the document with this content hash as found elsewhere (by the page worker that
+    opened it), so a worker given one of its pages does not look at the whole document again."""
+    _CACHE.put(sha256, furniture)
 
 
 def document_furniture(document: IngestedDocument) -> Furniture:

@@ -103,7 +103,7 @@ class PPDocLayout:
         """Each page's regions from one forward pass over all of them."""
         if not pages:
             return []
-        pixels = torch.cat([self._pixel_values(page.image) for page, _ in pages]).to(self.device)
+        pixels = torch.cat([self._pixel_values(page.image) for page, _ in pages])
         with torch.inference_mode():
             outputs = self.model(pixel_values=pixels)
         return [self._regions(outputs, index, page) for index, (page, _) in enumerate(pages)]
@@ -115,9 +115,11 @@ class PPDocLayout:
         return [DetectedRegion(d.bbox, d.label, d.score, order) for order, d in enumerate(kept)]
 
     def _pixel_values(self, image: Image.Image) -> torch.Tensor:
-        """The image as the model's input: what the PP-DocLayout image processors compute, without torchvision."""
+        """The image as the model's input: what the PP-DocLayout image processors compute, without torchvision. The
+        page's bytes go to the model's device first and are resized there: on a GPU the host does no per-page
+        arithmetic (it shares its cores with the engine's loop)."""
         config = self.preprocessor
-        pixels = torch.from_numpy(np.array(image.convert("RGB"))).permute(2, 0, 1)[None].float()
+        pixels = torch.from_numpy(np.array(image.convert("RGB"))).to(self.device).permute(2, 0, 1)[None].float()
         if config.get("do_resize", True):
             size = config.get("size", {"height": 800, "width": 800})
             pixels = functional.interpolate(pixels, size=(size["height"], size["width"]), mode="bicubic",
@@ -126,8 +128,8 @@ class PPDocLayout:
         if config.get("do_rescale", True):
             pixels = pixels * config.get("rescale_factor", 1 / 255)
         if config.get("do_normalize", True):
-            mean = torch.tensor(config.get("image_mean", [0.0, 0.0, 0.0]))[:, None, None]
-            std = torch.tensor(config.get("image_std", [1.0, 1.0, 1.0]))[:, None, None]
+            mean = torch.tensor(config.get("image_mean", [0.0, 0.0, 0.0]), device=self.device)[:, None, None]
+            std = torch.tensor(config.get("image_std", [1.0, 1.0, 1.0]), device=self.device)[:, None, None]
             pixels = (pixels - mean) / std
         return pixels
 

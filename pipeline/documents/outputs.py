@@ -1,8 +1,8 @@
 """Write a processed document as files: NAME.md, NAME.json and NAME.pages/ (page images, overlays, pictures).
 
-Page images are written as each page finishes (then dropped from memory), the Markdown and JSON at the end,
-the JSON last and by rename: its presence means the document is done, which is how a rerun over a directory
-knows what to skip.
+Page images are written as each page finishes (as PNGs encoded where the page was laid out: FinishedPage.images),
+the Markdown and JSON at the end, the JSON last and by rename: its presence means the document is done, which is
+how a rerun over a directory knows what to skip.
 """
 
 from __future__ import annotations
@@ -15,9 +15,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from pipeline.documents.assemble import MarkdownOptions, document_json, document_markdown
-from pipeline.documents.overlay import draw_regions
 from pipeline.documents.process import FinishedPage
-from pipeline.documents.regions import crop, crop_box
 from pipeline.documents.results import DocumentOutput
 
 
@@ -37,8 +35,8 @@ def output_names(inputs: list[Path], found_in: Mapping[Path, Path] | None = None
 class DocumentWriter:
     """Files for one document under `directory`, named `name`; call `page` per finished page, then `finish`."""
 
-    def __init__(self, directory: Path, name: str, crop_margin_pt: float = 2.0) -> None:
-        self.directory, self.name, self.crop_margin_pt = directory, name, crop_margin_pt
+    def __init__(self, directory: Path, name: str) -> None:
+        self.directory, self.name = directory, name
         self.pages_dir = directory / f"{name}.pages"
         self.pictures: dict[tuple[int, int], str] = {}
         self.page_files: list[dict[str, object]] = []
@@ -59,22 +57,20 @@ class DocumentWriter:
         self.markdown_path.unlink(missing_ok=True)
 
     def page(self, finished: FinishedPage) -> None:
-        """Save the page image, its overlay and the crops of its picture regions."""
-        if finished.image is None:
+        """Save the page image, its overlay and the crops of its picture regions (FinishedPage.images)."""
+        images = finished.images
+        if images is None:
             return
         self.pages_dir.mkdir(parents=True, exist_ok=True)
         stem = f"page-{finished.output.index + 1:04d}"
-        page = finished.image
-        page.image.save(self.pages_dir / f"{stem}.png")
-        draw_regions(page.image, finished.output.regions).save(self.pages_dir / f"{stem}.overlay.png")
+        (self.pages_dir / f"{stem}.png").write_bytes(images.page)
+        (self.pages_dir / f"{stem}.overlay.png").write_bytes(images.overlay)
         self.page_files.append({"page": finished.output.index + 1, "image": self._relative(f"{stem}.png"),
                                 "overlay": self._relative(f"{stem}.overlay.png")})
-        for region in finished.output.regions:
-            box = crop_box(page, region.bbox_px, self.crop_margin_pt) if region.task is None else None
-            if box is not None:
-                file = f"{stem}-region-{region.order:03d}.png"
-                crop(page, box).save(self.pages_dir / file)
-                self.pictures[(finished.output.index, region.order)] = quote(f"{self.pages_dir.name}/{file}")
+        for order, picture in images.pictures.items():
+            file = f"{stem}-region-{order:03d}.png"
+            (self.pages_dir / file).write_bytes(picture)
+            self.pictures[(finished.output.index, order)] = quote(f"{self.pages_dir.name}/{file}")
 
     def finish(self, document: DocumentOutput) -> None:
         """Write NAME.md (unless the document failed as a whole) and then NAME.json, which lists the files written

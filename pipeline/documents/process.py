@@ -1,9 +1,10 @@
-"""Run one document through the whole pipeline: ingest → render → layout → regions → recognize → results.
+"""What both halves of processing a page share: the options, a laid-out page and its draft, a page as it leaves the
+pipeline, and how a page's and a document's outcome follow from their regions.
 
-Pages stream through a window: while the recognizer works on the regions of the pages in flight, the next pages
-are rendered and laid out on this thread, so CPU stages and the engine overlap and the engine always has many
-regions (of many pages) to batch. Pages are laid out `layout_batch` at a time, in one forward pass of a layout
-model. The window also bounds memory: only `pages_in_flight` page images (and a batch being laid out) are held.
+The work of a page splits in two. Its CPU half (render, layout, regions, crops, the page's PNGs) is a task of
+page_work.py, run in a page worker process or in the calling thread (page_pool.py); its model half is the
+recognizer's. stream.py runs documents through both: many at once (`process_stream`), or one in the calling thread
+(`process_document`, `process_file`).
 
 Bad input never raises: an unreadable or refused document comes back `failed` with its error code, a page that
 cannot be rendered, laid out or recognised comes back `failed` with its code and its document `partial`.
@@ -11,28 +12,24 @@ cannot be rendered, laid out or recognised comes back `failed` with its code and
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pipeline.documents.errors import DocumentError
-from pipeline.documents.ingest import IngestedDocument, Limits, SourcePage, ingest, sniff
+from pipeline.documents.ingest import Limits, SourcePage, sniff
 from pipeline.documents.layout import LayoutBackend, detect_many
 from pipeline.documents.layout_choice import choose_layout
 from pipeline.documents.layout_contract import DetectedRegion, LaidPage
+from pipeline.documents.page_images import PageImages
 from pipeline.documents.page_ranges import PageRanges
 from pipeline.documents.postprocess import postprocess
-from pipeline.documents.recognize import Recognition, RecognitionTask, Recognizer
-from pipeline.documents.regions import PreparedRegion, RegionOptions, crop, prepare_regions
+from pipeline.documents.recognize import Recognition
+from pipeline.documents.regions import PreparedRegion, RegionOptions, prepare_regions
 from pipeline.documents.render import RenderedPage, render_page_result
 from pipeline.documents.results import (
     DocumentOutcome,
-    DocumentOutput,
     PageOutput,
     Problem,
     RegionContent,
@@ -45,21 +42,51 @@ class ProcessOptions:
     limits: Limits = field(default_factory=Limits)
     regions: RegionOptions = field(default_factory=RegionOptions)
     password: str | None = None
-    pages_in_flight: int = 16  # pages rendered and submitted ahead of the oldest unfinished one
+    pages_in_flight: int = 16  # pages rendered and submitted ahead of the oldest unfinished one, over all documents
     layout_batch: int = 8  # pages laid out together (at most pages_in_flight): one forward pass of a layout model
     pages: PageRanges | None = None  # only these pages (None: all); pages past the end are not there to take
+    page_images: bool = False  # PNGs of each page, its overlay and its pictures, for a writer (FinishedPage.images)
 
 
 @dataclass(frozen=True)
 class FinishedPage:
-    """A page as it leaves the pipeline, with its image (None if it did not render) for callers that save it."""
+    """A page as it leaves the pipeline, with its PNGs when they were asked for (None: not asked for, or the page
+    did not render)."""
 
     output: PageOutput
-    image: RenderedPage | None
+    images: PageImages | None
     page_count: int
 
 
 PageCallback = Callable[[FinishedPage], None]
+
+
+@dataclass(frozen=True)
+class FailedPage:
+    """A page that failed before recognition (it did not render, or its layout failed): its output, and its image
+    when it rendered, so a writer still shows the page."""
+
+    output: PageOutput
+    page: RenderedPage | None = None
+
+
+@dataclass(frozen=True)
+class PageDraft:
+    """A laid-out page as plain data: its output with every region final but those in `pending`, which wait for the
+    recognizer. What crosses from a page worker to the process that holds the recognizer."""
+
+    output: PageOutput
+    pending: tuple[int, ...] = ()  # positions in output.regions of the regions sent to the model
+
+    def finished(self, recognitions: Mapping[int, Recognition]) -> PageOutput:
+        """The page's output once the pending regions' recognitions are in (a missing one failed)."""
+        if not self.pending:
+            return self.output
+        regions = list(self.output.regions)
+        for position in self.pending:
+            regions[position] = recognized_region(regions[position], recognitions.get(position))
+        error = page_problem(regions)
+        return replace(self.output, status="failed" if error else "succeeded", regions=regions, error=error)
 
 
 @dataclass
@@ -77,50 +104,18 @@ class LaidOutPage:
         """Region `index` as output: final unless it needs the model, then with `recognition`'s content."""
         return _region_output(self.page, self.prepared[index], recognition)
 
-
-@dataclass
-class _InFlight:
-    """A page whose regions are with the recognizer."""
-
-    laid_out: LaidOutPage
-    futures: dict[int, Future[Recognition]]
-
-
-def process_file(path: Path, recognizer: Recognizer, layout: LayoutBackend, options: ProcessOptions | None = None,
-                 on_page: PageCallback | None = None, model: str | None = None) -> DocumentOutput:
-    """process_document on a file's bytes; a file that cannot be read is a failed document (`unreadable`)."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        return DocumentOutput(path.name, "failed", error=Problem("unreadable", f"{path}: {exc.strerror or exc}"),
-                              model=model)
-    return process_document(data, path.name, recognizer, layout, options, on_page, model)
+    def draft(self) -> PageDraft:
+        """The page's output, its regions for the model pending."""
+        page = self.page
+        regions = [_base_output(page, item) for item in self.prepared]
+        output = PageOutput(self.source_index, "succeeded", page.width_px, page.height_px, page.width_pt,
+                            page.height_pt, page.dpi, page.rotation, self.layout, regions, None, self.timings_ms,
+                            self.layout_reason)
+        return PageDraft(output, tuple(i for i, item in enumerate(self.prepared) if item.needs_model))
 
 
-def process_document(data: bytes, name: str, recognizer: Recognizer, layout: LayoutBackend,
-                     options: ProcessOptions | None = None, on_page: PageCallback | None = None,
-                     model: str | None = None) -> DocumentOutput:
-    """Every page of one document, recognised; `on_page` sees each finished page in order, with its image."""
-    options = options or ProcessOptions()
-    started = time.perf_counter()
-    try:
-        document = ingest(data, options.limits, options.password)
-    except DocumentError as exc:
-        return DocumentOutput(name, "failed", sha256=hashlib.sha256(data).hexdigest(), media_type=sniff(data),
-                              size_bytes=len(data), error=Problem(exc.code, exc.message), model=model)
-    ingested = time.perf_counter()
-    with document:
-        if options.pages is not None and options.pages.first() > document.page_count:
-            return DocumentOutput(name, "failed", sha256=document.sha256, media_type=document.media_type,
-                                  size_bytes=document.size, model=model, error=_out_of_range(options.pages, document))
-        pages = _run_pages(document, recognizer, layout, options, on_page)
-    timings = {"ingest": (ingested - started) * 1000.0, "total": (time.perf_counter() - started) * 1000.0}
-    return DocumentOutput(name, document_status(pages), sha256=document.sha256, media_type=document.media_type,
-                          size_bytes=document.size, pages=pages, model=model, timings_ms=timings)
-
-
-def _out_of_range(pages: PageRanges, document: IngestedDocument) -> Problem:
-    return Problem("pages_out_of_range", f"pages {pages.text} asked for; the document has {document.page_count}")
+def out_of_range(pages: PageRanges, page_count: int) -> Problem:
+    return Problem("pages_out_of_range", f"pages {pages.text} asked for; the document has {page_count}")
 
 
 def expand_inputs(paths: list[Path], recursive: bool = False) -> list[Path]:
@@ -144,82 +139,41 @@ def _supported(path: Path) -> bool:
         return False
 
 
-def _run_pages(document: IngestedDocument, recognizer: Recognizer, layout: LayoutBackend, options: ProcessOptions,
-               on_page: PageCallback | None) -> list[PageOutput]:
-    pages: list[PageOutput] = []
-    window: deque[_InFlight | FinishedPage] = deque()
-    in_flight = max(1, options.pages_in_flight)
-
-    def finish_oldest() -> None:
-        oldest = window.popleft()
-        done = _finish(oldest, document.page_count) if isinstance(oldest, _InFlight) else oldest
-        pages.append(done.output)
-        if on_page is not None:
-            on_page(done)
-
-    sources = (source for source in document.pages() if options.pages is None or source.index in options.pages)
-    for batch in _batches(sources, min(in_flight, max(1, options.layout_batch))):
-        for laid_out in lay_out_many(batch, layout, options.regions):
-            window.append(_submit(laid_out, recognizer))
-            while len(window) > in_flight:
-                finish_oldest()
-    while window:
-        finish_oldest()
-    return pages
-
-
-def _batches(sources: Iterable[SourcePage], size: int) -> Iterator[list[SourcePage]]:
-    iterator = iter(sources)
-    while batch := list(itertools.islice(iterator, size)):
-        yield batch
-
-
-def _submit(laid_out: LaidOutPage | FinishedPage, recognizer: Recognizer) -> _InFlight | FinishedPage:
-    """Send a laid-out page's regions that need the model to the recognizer; a page that failed stays finished."""
-    if isinstance(laid_out, FinishedPage):
-        return laid_out
-    page = laid_out.page
-    futures = {i: recognizer.submit(RecognitionTask(crop(page, item.crop_box), item.task))
-               for i, item in enumerate(laid_out.prepared) if item.needs_model}
-    return _InFlight(laid_out, futures)
-
-
-def lay_out(source: SourcePage, layout: LayoutBackend, options: RegionOptions) -> LaidOutPage | FinishedPage:
-    """Render one page, find its regions and prepare them; a page that fails here comes back finished."""
+def lay_out(source: SourcePage, layout: LayoutBackend, options: RegionOptions) -> LaidOutPage | FailedPage:
+    """Render one page, find its regions and prepare them; a page that fails here comes back failed."""
     return lay_out_many([source], layout, options)[0]
 
 
 def lay_out_many(sources: list[SourcePage], layout: LayoutBackend,
-                 options: RegionOptions) -> list[LaidOutPage | FinishedPage]:
+                 options: RegionOptions) -> list[LaidOutPage | FailedPage]:
     """lay_out for several pages, their regions found in one batch; each page's layout time is its share of it."""
-    rendered = [_render(source) for source in sources]
+    rendered = [render_timed(source) for source in sources]
     ready = [(item[0], source) for item, source in zip(rendered, sources, strict=True) if isinstance(item, tuple)]
     started = time.perf_counter()
-    found = iter(_detect_all(layout, ready))
+    found = iter(detect_all(layout, ready))
     layout_ms = (time.perf_counter() - started) * 1000.0 / max(1, len(ready))
-    laid_out: list[LaidOutPage | FinishedPage] = []
+    laid_out: list[LaidOutPage | FailedPage] = []
     for item, source in zip(rendered, sources, strict=True):
-        if isinstance(item, FinishedPage):
+        if isinstance(item, FailedPage):
             laid_out.append(item)
         else:
             page, render_ms = item
             timings = {"render": render_ms, "layout": layout_ms}
-            laid_out.append(_laid_out(source, page, next(found), layout, timings, options))
+            laid_out.append(finish_layout(source, page, next(found), layout, timings, options))
     return laid_out
 
 
-def _render(source: SourcePage) -> tuple[RenderedPage, float] | FinishedPage:
-    """The page image and how long it took, or the page finished as failed when it cannot be rendered."""
+def render_timed(source: SourcePage) -> tuple[RenderedPage, float] | FailedPage:
+    """The page image and how long it took (ms), or the page failed when it cannot be rendered."""
     started = time.perf_counter()
     rendered = render_page_result(source)
     if rendered.page is None:
         error = rendered.error or DocumentError("corrupt", f"page {source.index + 1} cannot be rendered")
-        output = PageOutput(source.index, "failed", error=Problem(error.code, error.message))
-        return FinishedPage(output, None, source.document.page_count)
+        return FailedPage(PageOutput(source.index, "failed", error=Problem(error.code, error.message)))
     return rendered.page, (time.perf_counter() - started) * 1000.0
 
 
-def _detect_all(layout: LayoutBackend, pages: list[LaidPage]) -> list[list[DetectedRegion] | Problem]:
+def detect_all(layout: LayoutBackend, pages: list[LaidPage]) -> list[list[DetectedRegion] | Problem]:
     """Every page's regions from one batch; when the batch raises, page by page, so only the page the backend trips
     on fails."""
     if len(pages) > 1:
@@ -239,8 +193,10 @@ def _detect(layout: LayoutBackend, page: RenderedPage, source: SourcePage) -> li
         return Problem("layout_failed", f"{type(exc).__name__}: {exc}")
 
 
-def _laid_out(source: SourcePage, page: RenderedPage, found: list[DetectedRegion] | Problem, layout: LayoutBackend,
-              timings: dict[str, float], options: RegionOptions) -> LaidOutPage | FinishedPage:
+def finish_layout(source: SourcePage, page: RenderedPage, found: list[DetectedRegion] | Problem,
+                  layout: LayoutBackend, timings: dict[str, float], options: RegionOptions) -> LaidOutPage | FailedPage:
+    """The page with the regions `layout` found on it prepared (tasks, crops, text layer), or failed with the
+    problem the layout met."""
     if isinstance(found, Problem):
         return _failed_page(source, page, layout.name, found, {"render": timings["render"]})
     prepared = _prepare(source, page, found, options)
@@ -259,19 +215,6 @@ def _prepare(source: SourcePage, page: RenderedPage, regions: list[DetectedRegio
         return prepare_regions(page, regions, options)
 
 
-def _finish(flight: _InFlight, page_count: int) -> FinishedPage:
-    """Wait for a page's recognitions and build its output."""
-    laid_out = flight.laid_out
-    page = laid_out.page
-    regions = [laid_out.region_output(i, flight.futures[i].result() if i in flight.futures else None)
-               for i in range(len(laid_out.prepared))]
-    error = page_problem(regions)
-    output = PageOutput(laid_out.source_index, "failed" if error else "succeeded", page.width_px, page.height_px,
-                        page.width_pt, page.height_pt, page.dpi, page.rotation, laid_out.layout, regions, error,
-                        laid_out.timings_ms, laid_out.layout_reason)
-    return FinishedPage(output, page, page_count)
-
-
 def page_problem(regions: list[RegionOutput]) -> Problem | None:
     """What fails a page: every region that went to the recognizer failed (pictures, text-layer text and regions
     skipped for want of a model aside)."""
@@ -285,6 +228,12 @@ def page_problem(regions: list[RegionOutput]) -> Problem | None:
 
 
 def _region_output(page: RenderedPage, item: PreparedRegion, recognition: Recognition | None) -> RegionOutput:
+    base = _base_output(page, item)
+    return base if not item.needs_model else recognized_region(base, recognition)
+
+
+def _base_output(page: RenderedPage, item: PreparedRegion) -> RegionOutput:
+    """The region's output without the model's part: final for a picture, text-layer text or an empty box."""
     region = item.region
     base = RegionOutput(region.order, region.label, region.score, region.bbox, page.to_points(region.bbox),
                         item.task, "none")
@@ -292,7 +241,7 @@ def _region_output(page: RenderedPage, item: PreparedRegion, recognition: Recogn
         return replace(base, error=Problem("empty_region", f"box {region.bbox} lies outside the page or has no area"))
     if item.text is not None:
         return replace(base, source="text-layer", content=RegionContent(item.text))
-    return base if item.task is None else recognized_region(base, recognition)
+    return base
 
 
 def recognized_region(base: RegionOutput, recognition: Recognition | None) -> RegionOutput:
@@ -306,10 +255,10 @@ def recognized_region(base: RegionOutput, recognition: Recognition | None) -> Re
 
 
 def _failed_page(source: SourcePage, page: RenderedPage, layout: str, problem: Problem,
-                 timings: dict[str, float]) -> FinishedPage:
+                 timings: dict[str, float]) -> FailedPage:
     output = PageOutput(source.index, "failed", page.width_px, page.height_px, page.width_pt, page.height_pt,
                         page.dpi, page.rotation, layout, error=problem, timings_ms=timings)
-    return FinishedPage(output, page, source.document.page_count)
+    return FailedPage(output, page)
 
 
 def document_status(pages: list[PageOutput]) -> DocumentOutcome:

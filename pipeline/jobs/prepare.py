@@ -17,7 +17,7 @@ from pipeline.db.upserts import upsert_regions
 from pipeline.documents.errors import DocumentError
 from pipeline.documents.ingest import SourcePage, ingest
 from pipeline.documents.layout_weights import LayoutModelUnavailable
-from pipeline.documents.process import FinishedPage, LaidOutPage, ProcessOptions, lay_out, page_problem
+from pipeline.documents.process import FailedPage, LaidOutPage, ProcessOptions, lay_out, page_problem
 from pipeline.documents.results import PageOutput, Problem
 from pipeline.jobs.context import Context
 from pipeline.jobs.handoff import hand_off, hand_on
@@ -35,7 +35,7 @@ def prepare_page(ctx: Context, page_id: int) -> None:
         _pass_on(ctx, page_id, page.status, page.document_id)
         return
     laid_out = _lay_out(ctx, page.sha256, page.index, process_options(ctx, page.options), page.options["layout"])
-    if isinstance(laid_out, FinishedPage):
+    if isinstance(laid_out, FailedPage):
         _finish_failed_page(ctx, page_id, laid_out.output)
         return
     png = _png(laid_out.page.image)
@@ -74,7 +74,7 @@ def _pass_on(ctx: Context, page_id: int, state: str, document_id: str) -> None:
         hand_off(ctx.dispatcher, "prepare", "finalize", document_id)  # returns at once unless every page is done
 
 
-def _lay_out(ctx: Context, sha256: str, index: int, options: ProcessOptions, layout: str) -> LaidOutPage | FinishedPage:
+def _lay_out(ctx: Context, sha256: str, index: int, options: ProcessOptions, layout: str) -> LaidOutPage | FailedPage:
     """lay_out on page `index`, reopening the upload (each page task may run on another machine)."""
     try:
         backend = ctx.layout(layout)
@@ -86,8 +86,8 @@ def _lay_out(ctx: Context, sha256: str, index: int, options: ProcessOptions, lay
         return _failed(index, Problem("layout_model_unavailable", str(exc)))
 
 
-def _failed(index: int, problem: Problem) -> FinishedPage:
-    return FinishedPage(PageOutput(index, "failed", error=problem), None, 0)
+def _failed(index: int, problem: Problem) -> FailedPage:
+    return FailedPage(PageOutput(index, "failed", error=problem))
 
 
 def _description(laid_out: LaidOutPage, image_key: str) -> dict[str, object]:

@@ -30,9 +30,10 @@ from pipeline.documents.layout_order import xy_cut_order
 from pipeline.documents.layout_page import PageLayout
 from pipeline.documents.layout_pdf import PdfLayout
 from pipeline.documents.layout_weights import LayoutModelUnavailable, local_layout_weights
-from pipeline.documents.process import ProcessOptions, process_document
+from pipeline.documents.process import ProcessOptions
 from pipeline.documents.regions import RegionOptions
 from pipeline.documents.render import RenderedPage, render_page
+from pipeline.documents.stream import process_document
 from pipeline.documents.tiny_layout import HUB_CLASS_NAMES, TinyLayoutSpec
 from tests.documents.answers import Answers
 from tests.documents.born_digital import synthetic_page, vector_plot

@@ -10,7 +10,8 @@ from pipeline.documents.layout import AutoLayout
 from pipeline.documents.layout_page import PageLayout
 from pipeline.documents.layout_pdf import PdfLayout
 from pipeline.documents.lazy_recognizer import LazyRecognizer, ModelUnavailable
-from pipeline.documents.process import ProcessOptions, process_document
+from pipeline.documents.process import ProcessOptions
+from pipeline.documents.stream import process_document
 from tests.documents.samples import corpus_bytes, image_bytes
 
 

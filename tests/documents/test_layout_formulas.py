@@ -11,8 +11,9 @@ from pipeline.documents.ingest import Limits, ingest
 from pipeline.documents.layout_formulas import Formula, split_formulas
 from pipeline.documents.layout_pdf import PdfLayout
 from pipeline.documents.layout_text import Line, Span
-from pipeline.documents.process import ProcessOptions, process_document
+from pipeline.documents.process import ProcessOptions
 from pipeline.documents.render import RenderedPage, render_page
+from pipeline.documents.stream import process_document
 from tests.documents.answers import Answers
 from tests.documents.born_digital import FORMULA, SECOND_FORMULA, display_formulas
 

@@ -13,9 +13,10 @@ from pipeline.documents.assemble import page_markdown
 from pipeline.documents.ingest import Limits, SourcePage, ingest
 from pipeline.documents.layout_furniture import clear_cache, document_furniture, find_furniture
 from pipeline.documents.layout_pdf import PdfLayout
-from pipeline.documents.process import LaidOutPage, ProcessOptions, lay_out, process_document
+from pipeline.documents.process import LaidOutPage, ProcessOptions, lay_out
 from pipeline.documents.regions import RegionOptions
 from pipeline.documents.render import render_page
+from pipeline.documents.stream import process_document
 from tests.documents.answers import Answers
 from tests.documents.born_digital import HEADINGS, RUNNING_HEADS, headings_in_the_top_band
 

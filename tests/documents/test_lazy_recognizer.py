@@ -9,9 +9,10 @@ from PIL import Image
 from pipeline.documents.ingest import Limits
 from pipeline.documents.layout_page import PageLayout
 from pipeline.documents.lazy_recognizer import LazyRecognizer, ModelUnavailable
-from pipeline.documents.process import ProcessOptions, process_document
+from pipeline.documents.process import ProcessOptions
 from pipeline.documents.recognize import Recognition, RecognitionTask
 from pipeline.documents.results import Problem
+from pipeline.documents.stream import process_document
 from tests.documents.samples import corpus_bytes
 
 TASK = RecognitionTask(Image.new("RGB", (8, 8)), "ocr")

@@ -6,6 +6,7 @@ can say exactly what comes out; the real engine runs in the last test and in tes
 
 from __future__ import annotations
 
+import io
 import threading
 from concurrent.futures import Future
 from dataclasses import replace
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from PIL import Image
 
 from pipeline.documents.assemble import document_json, document_markdown, load_schema
 from pipeline.documents.ingest import Limits, SourcePage
@@ -20,11 +22,12 @@ from pipeline.documents.layout_contract import DetectedRegion
 from pipeline.documents.layout_page import PageLayout
 from pipeline.documents.lazy_recognizer import LazyRecognizer, ModelUnavailable
 from pipeline.documents.page_ranges import parse_page_ranges
-from pipeline.documents.process import ProcessOptions, expand_inputs, process_document, process_file
+from pipeline.documents.process import ProcessOptions, expand_inputs
 from pipeline.documents.recognize import EngineRecognizer, Recognition, RecognitionTask
 from pipeline.documents.regions import RegionOptions
 from pipeline.documents.render import RenderedPage
 from pipeline.documents.results import RegionContent, Usage
+from pipeline.documents.stream import process_document, process_file
 from tests.documents.samples import ENCRYPTED, ENCRYPTED_PASSWORD, corpus_bytes, png_header, tiff_pages
 
 ANSWERS = {"ocr": "words", "table": "<fcel>a<fcel>b<nl>", "formula": "$$x^2$$"}
@@ -195,9 +198,23 @@ def test_a_batch_the_layout_trips_on_is_laid_out_again_page_by_page_and_only_the
 def test_pages_reach_the_callback_in_order_with_their_images():
     seen = []
     process_document(corpus_bytes("pdflatex-4-pages.pdf"), "p.pdf", Scripted(), PageLayout(),
-                     ProcessOptions(Limits(dpi=36), pages_in_flight=1),
-                     on_page=lambda done: seen.append((done.output.index, done.image.index, done.page_count)))
-    assert seen == [(0, 0, 4), (1, 1, 4), (2, 2, 4), (3, 3, 4)]
+                     ProcessOptions(Limits(dpi=36), pages_in_flight=1, page_images=True),
+                     on_page=lambda done: seen.append((done.output.index, _png_size(done.images.page),
+                                                       done.page_count)))
+    assert seen == [(index, (298, 421), 4) for index in range(4)]  # A4 at 36 dpi
+
+
+def test_pages_come_without_images_unless_a_writer_asks_for_them():
+    seen = []
+    process_document(corpus_bytes("minimal-document.pdf"), "m.pdf", Scripted(), PageLayout(), NO_TEXT_LAYER,
+                     on_page=lambda done: seen.append(done.images))
+    assert seen == [None]
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    with Image.open(io.BytesIO(data)) as image:
+        assert image.format == "PNG"
+        return image.size
 
 
 def test_an_unreadable_file_is_a_failed_document(tmp_path):

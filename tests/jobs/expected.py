@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,8 @@ from pipeline.config import Settings
 from pipeline.documents.assemble import document_json, document_markdown
 from pipeline.documents.layout import layout_backend
 from pipeline.documents.outputs import DocumentWriter
-from pipeline.documents.process import process_document
 from pipeline.documents.recognize import EngineRecognizer
+from pipeline.documents.stream import process_document
 from pipeline.engine.engine import Engine
 from pipeline.jobs.options import DocumentOptions
 from tests.documents.samples import build_pdf, stream_object
@@ -41,10 +42,11 @@ def processed(data: bytes, name: str, settings: Settings, engine: Engine) -> tup
 def written(data: bytes, name: str, settings: Settings, engine: Engine, directory: Path) -> tuple[dict[str, Any], str]:
     """(JSON, Markdown) as `quire process` writes them into `directory`, picture crops under NAME.pages/ included."""
     options = DocumentOptions().resolved(settings)
-    writer = DocumentWriter(directory, Path(name).stem, settings.crop_margin_pt)
+    writer = DocumentWriter(directory, Path(name).stem)
     writer.start()
+    process = replace(options.process_options(settings), page_images=True)
     output = process_document(data, name, EngineRecognizer(engine, settings.max_tokens), layout_backend(options.layout),
-                              options.process_options(settings), on_page=writer.page, model=settings.model)
+                              process, on_page=writer.page, model=settings.model)
     writer.finish(output)
     return json.loads(writer.json_path.read_text(encoding="utf-8")), writer.markdown_path.read_text(encoding="utf-8")
 
