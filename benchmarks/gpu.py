@@ -4,7 +4,9 @@ Sections: versions; parity (the fused path on the device against the CPU engine 
 transformers); the vision tower for a page and for 64 crops; the layout model per page at batch 1 and 16; decode
 steps at 32/128/256 sequences split into schedule / host prep / forward / sample / update; end-to-end output tok/s
 and regions/s on region-crop requests; one profiled decode step (kernel count, CPU and GPU time); int8 and int4
-weights against bf16 (tok/s, weight bytes, logit error) on a real-shape checkpoint written there. The real 0.9B
+weights against bf16 (tok/s, weight bytes, logit error) on a real-shape checkpoint written there; pages per second
+end to end (benchmarks/pages.py at the real shape: the corpus through process_many, with the `pdf` layout and with
+the layout model beside the engine; PyMuPDF, pydantic and their kin travel as wheels, docs/operations.md). The real 0.9B
 shape is built with random weights on the device (no weights can travel to it). Each section appends one JSON object
 to `--out` as soon as it ends, so a run cut short still leaves data. `--device cpu --small` runs every section at
 tiny size (the fused attention under Triton's interpreter), which is how the test suite keeps this script working.
@@ -197,10 +199,9 @@ def layout(bench: Bench) -> dict:
     """The layout model's forward per page (random weights at its real input size; post-processing is host work)."""
     from transformers import PPDocLayoutV2Config, PPDocLayoutV2ForObjectDetection
 
-    from pipeline.documents.tiny_layout import HUB_CLASS_ORDER, HUB_CLASS_THRESHOLDS, TinyLayoutSpec, _v2_config
+    from pipeline.documents.tiny_layout import TinyLayoutSpec, _v2_config, real_layout_config
 
-    config = PPDocLayoutV2Config(num_labels=len(HUB_CLASS_THRESHOLDS), class_thresholds=list(HUB_CLASS_THRESHOLDS),
-                                 class_order=list(HUB_CLASS_ORDER))  # the hub's heads (the defaults have none)
+    config = real_layout_config()
     if bench.small:
         config = PPDocLayoutV2Config(**_v2_config(TinyLayoutSpec()))
     model = PPDocLayoutV2ForObjectDetection(config).to(bench.device).eval()
@@ -323,9 +324,30 @@ def quantized(bench: Bench) -> dict:
     return result | {"requests": len(items)}
 
 
+def pages_pdf(bench: Bench) -> dict:
+    """benchmarks.pages at the real shape on the device: the corpus through process_many, `pdf` layout."""
+    return _pages(bench, "pdf")
+
+
+def pages_layout_model(bench: Bench) -> dict:
+    """The same with the layout model (PP-DocLayoutV2 at its real shape, random weights) beside the engine."""
+    return _pages(bench, "pp-doclayout")
+
+
+def _pages(bench: Bench, layout: str) -> dict:
+    from benchmarks import pages
+
+    shape = ["--small"] if bench.small else ["--shape", "real", "--dtype", "bfloat16"]
+    args = pages.parser().parse_args([*shape, "--device", str(bench.device), "--layout", layout])
+    folder = bench.tmp / f"pages-{layout}"
+    folder.mkdir()
+    return pages.measure(args, folder)
+
+
 SECTIONS: dict[str, Callable[[Bench], dict]] = {
     "versions": versions, "parity": parity, "vision": vision, "layout": layout, "decode": decode,
-    "end_to_end": end_to_end, "profile": profile, "quantized": quantized}
+    "end_to_end": end_to_end, "profile": profile, "quantized": quantized, "pages": pages_pdf,
+    "pages_layout_model": pages_layout_model}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -181,6 +181,24 @@ def distributed_stack(root: Path, model: Path | None = None, cpu_concurrency: in
         yield stack
 
 
+@contextmanager
+def embedded_service(root: Path, model: Path | str, **settings: str) -> Iterator[str]:
+    """`quire serve` in its embedded mode (no broker: SQLite and blobs under root, the workers and the engine in its
+    own process) on a free loopback port, without keys; its URL once it answers, stopped on the way out."""
+    env = _env(root, Path(model), QUIRE_API_KEYS="off", **settings)
+    url = f"http://127.0.0.1:{free_port()}"
+    processes: dict[str, subprocess.Popen] = {}
+    with (root / "serve.log").open("wb") as log:
+        processes["serve"] = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "serve", "--port",
+                                               url.rsplit(":", 1)[1]], env=env, stdout=log, stderr=subprocess.STDOUT,
+                                              cwd=ROOT, start_new_session=True)
+    try:
+        wait_for_health(url, processes.values(), lambda: (root / "serve.log").read_text(errors="replace")[-3000:])
+        yield url
+    finally:
+        _stop(processes)
+
+
 def _env(root: Path, model: Path, **extra: str) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("QUIRE_")}
     env.update(FAST)

@@ -72,6 +72,25 @@ def write_tiny_layout_checkpoint(directory: str | Path, spec: TinyLayoutSpec | N
     return out
 
 
+def real_layout_config() -> PPDocLayoutV2Config:
+    """PP-DocLayoutV2 at the hub checkpoint's shape, with the hub's heads (the library's defaults have none)."""
+    return PPDocLayoutV2Config(num_labels=len(HUB_CLASS_THRESHOLDS), class_thresholds=list(HUB_CLASS_THRESHOLDS),
+                               class_order=list(HUB_CLASS_ORDER), id2label=dict(enumerate(HUB_CLASS_NAMES)))
+
+
+def write_real_shape_layout_checkpoint(directory: str | Path) -> Path:
+    """A PP-DocLayoutV2 checkpoint at the real shape and input size (800) with random weights, for benchmarks
+    where the real weights are not on the machine: the layout model's work per page, not its boxes."""
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(0)
+        model = PPDocLayoutV2ForObjectDetection(real_layout_config()).eval()
+        _keep_signal(model)
+    out = Path(directory)
+    model.save_pretrained(out)
+    (out / "preprocessor_config.json").write_text(json.dumps(_preprocessor(TinyLayoutSpec(image_size=800)), indent=2))
+    return out
+
+
 def _keep_signal(model: torch.nn.Module) -> None:
     """Redraw every weight matrix and kernel with variance 2 / fan-in, and make batch norms the identity.
 
