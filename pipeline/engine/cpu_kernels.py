@@ -7,6 +7,7 @@ kernel is always an optimisation, never a requirement. Set QUIRE_CPU_KERNELS=0 t
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -14,7 +15,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -188,6 +189,24 @@ def configure_cpu_threads(threads: int | None = None) -> list[tuple[int, int]]:
     finally:
         os.sched_setaffinity(0, own)
     return [(tid, cpu) for tid, cpu in zip(tids[1:], cores[1:count], strict=True) if tid >= 0]
+
+
+@contextlib.contextmanager
+def serial_torch() -> Iterator[None]:
+    """Torch's parallel work off in the calling thread for the block: for building an engine in a thread that will
+    not run its steps.
+
+    A thread's first parallel op gives it an OpenMP pool of its own, which lives as long as the thread. Once the
+    threads of all pools outnumber the cores, libgomp stops spinning between parallel regions, and every step then
+    ran 35-55 % slower here: loading in the main thread and stepping in the engine's loop thread did exactly that.
+    Built serially, the loop thread's pool is the process's one.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def allowed_cores() -> list[int]:

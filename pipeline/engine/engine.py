@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from .attention import PagedKVCache
-from .cpu_kernels import allowed_cores, configure_cpu_threads, prepack_linears
+from .cpu_kernels import allowed_cores, configure_cpu_threads, prepack_linears, serial_torch
 from .detokenizer import IncrementalDetokenizer
 from .devices import (
     MAX_NUM_BATCHED_TOKENS,
@@ -83,15 +83,16 @@ class Engine:
         num_blocks = config.num_blocks or PagedKVCache.blocks_for_budget(
             self._kv_memory(), text.num_hidden_layers, config.block_size, text.num_key_value_heads, text.head_dim,
             model.dtype)
-        self.cache = PagedKVCache(text.num_hidden_layers, num_blocks, config.block_size, text.num_key_value_heads,
-                                  text.head_dim, model.dtype, model.device)
         self.scheduler = Scheduler(config.scheduler(), num_blocks, config.enable_prefix_caching)
         self.pool = self.scheduler.kv_cache.pool
         self.encoder_cache = EncoderCache(config.encoder_cache_tokens, self._pending_image_hashes) \
             if config.encoder_cache_tokens > 0 else None
-        prepack_linears(model, config.max_num_seqs)
-        self.runner = ModelRunner(model, self.cache, self.encoder_cache, config.attention, config.max_num_seqs,
-                                  config.cuda_graphs, processor.table)
+        with serial_torch():  # the thread that builds an engine seldom runs its steps: see serial_torch
+            self.cache = PagedKVCache(text.num_hidden_layers, num_blocks, config.block_size,
+                                      text.num_key_value_heads, text.head_dim, model.dtype, model.device)
+            prepack_linears(model, config.max_num_seqs)
+            self.runner = ModelRunner(model, self.cache, self.encoder_cache, config.attention, config.max_num_seqs,
+                                      config.cuda_graphs, processor.table)
         self.sequences: dict[str, Sequence] = {}
         self.listeners: dict[str, Callable[[Delta], None]] = {}
         self._ids = itertools.count()
@@ -113,7 +114,8 @@ class Engine:
         dtype = resolve_dtype(engine_config.dtype, device)
         directory = resolve_checkpoint(path_or_id)
         processor = Processor.from_pretrained(directory)  # first: its files are small, a broken one fails at once
-        model = load_model(directory, device, dtype, engine_config.quantization, engine_config.group_size)
+        with serial_torch():
+            model = load_model(directory, device, dtype, engine_config.quantization, engine_config.group_size)
         return cls(model, processor, engine_config)
 
     def _kv_memory(self) -> int:

@@ -13,7 +13,9 @@ import pytest
 import torch
 
 from pipeline.engine import cpu_kernels
+from pipeline.engine import engine as engine_module
 from pipeline.engine.attention import Chunk, PagedAttention, PagedKVCache, decode_attention
+from pipeline.engine.engine import Engine
 from pipeline.engine.model.loader import load_model
 from pipeline.engine.model.quantization import Quantization, to_panels, unpack_int4
 from pipeline.samples.tiny_checkpoint import TinySpec
@@ -273,3 +275,15 @@ def test_the_pip_ninja_serves_where_the_system_has_none(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     cpu_kernels.ensure_ninja_on_path()
     assert shutil.which("ninja") is not None
+
+
+def test_an_engine_is_built_without_parallel_torch_work_in_the_building_thread(tiny_checkpoint, monkeypatch):
+    """The loop thread's OpenMP pool must be the process's only one: a second, left by the thread that loaded the
+    model, made every step 35-55 % slower (serial_torch's docstring)."""
+    seen = []
+    real = cpu_kernels.prepack_linears
+    monkeypatch.setattr(engine_module, "prepack_linears", lambda *args: seen.append(torch.get_num_threads())
+                        or real(*args))
+    threads = torch.get_num_threads()
+    Engine.from_pretrained(tiny_checkpoint).close()
+    assert seen == [1] and torch.get_num_threads() == threads
