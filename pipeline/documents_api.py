@@ -116,12 +116,18 @@ class DocumentProcessor:
     def process_many(self, paths: Iterable[Path],
                      on_page: DocumentCallback | None = None) -> Iterator[tuple[int, DocumentOutput]]:
         """(position in `paths`, result) of each file as it completes, the next files' pages starting while the
-        last ones of earlier files are still recognised; `on_page(position, page)` sees each file's pages in order.
+        last ones of earlier files are still recognised; `on_page(position, page)` sees each page as it finishes.
         """
         inputs = (DocumentInput(Path(path), Path(path).name) for path in paths)
         for position, document in process_stream(inputs, self.recognizer, self._pages(), self.options, on_page,
                                                   self.model):
             yield position, replace(document, model_revision=self.revision)
+
+    def start_workers(self, timeout: float = 60.0) -> bool:
+        """Start the page workers now and wait until they are ready (a long-lived caller's warm-up); whether they
+        are. Otherwise they start with the first document."""
+        pages = self._pages()
+        return pages.start(timeout) if isinstance(pages, PagePool) else True
 
     def close(self) -> None:
         if self._pool is not None:

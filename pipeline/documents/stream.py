@@ -2,13 +2,15 @@
 recognizer with no drain between them (`process_stream`), or one in the calling thread (`process_document`).
 
 The page tasks of every document go to the page workers (page_pool.py) in input order, document after document,
-as long as fewer than `pages_in_flight` pages are between their task and their document's output, so the pages of
-the next document are rendered while the last regions of the one before are still recognised, and a directory of
-one-page PDFs keeps the engine as full as one long PDF. This thread only hands work in and results out: each laid-out
-page's crops to the recognizer (already cut to the model's grid by the workers), each recognised page into its
-document, in page order, and, where the layout is a model, the rendered pages to it in batches that take what the
-workers have rendered (`layout_batch` at most). A document is yielded when its last page is in, so in completion
-order; its position in the input says which it is.
+as long as fewer than `pages_in_flight` pages are between their task and their finish, so the pages of the next
+document are rendered while the last regions of the one before are still recognised, and a directory of one-page
+PDFs keeps the engine as full as one long PDF. A page is handed on (`on_page`) as soon as its last region is back,
+whatever its place in its document: a long region holds its own page, not the pages after it, so it neither stalls
+the window nor keeps their images in memory. This thread only hands work in and results out: each laid-out page's
+crops to the recognizer (already cut to the model's grid by the workers), each recognised page to `on_page` and into
+its document, and, where the layout is a model, the rendered pages to it in batches that take what the workers have
+rendered (`layout_batch` at most). A document is yielded when its last page is in, its pages in page order, so
+documents come in completion order; its position in the input says which it is.
 
 Every event (a task's result from the workers, a region's recognition from the engine's thread) comes through one
 queue, so the state below is this thread's alone.
@@ -78,8 +80,7 @@ class _Document:
     opened: Opened | None = None
     pages: list[int] = field(default_factory=list)  # the page indices to do, in order
     sent: int = 0  # of `pages`, how many went to the workers
-    done: dict[int, FinishedPage] = field(default_factory=dict)  # finished pages not yet handed on, by index
-    outputs: list[PageOutput] = field(default_factory=list)  # handed on, in order
+    done: dict[int, PageOutput] = field(default_factory=dict)  # finished pages, by index
 
 
 @dataclass
@@ -99,7 +100,7 @@ def process_file(path: Path, recognizer: Recognizer, layout: LayoutBackend, opti
 def process_document(data: bytes, name: str, recognizer: Recognizer, layout: LayoutBackend,
                      options: ProcessOptions | None = None, on_page: PageCallback | None = None,
                      model: str | None = None) -> DocumentOutput:
-    """Every page of one document, recognised; `on_page` sees each finished page in order."""
+    """Every page of one document, recognised; `on_page` sees each page as it finishes."""
     return _one(data, name, recognizer, layout, options, on_page, model)
 
 
@@ -116,7 +117,7 @@ def _one(source: Path | bytes, name: str, recognizer: Recognizer, layout: Layout
 def process_stream(inputs: Iterable[DocumentInput], recognizer: Recognizer, pages: Pages,
                    options: ProcessOptions, on_page: DocumentCallback | None = None,
                    model: str | None = None) -> Iterator[tuple[int, DocumentOutput]]:
-    """(input position, result) of each document as it completes; `on_page` sees each document's pages in order."""
+    """(input position, result) of each document as it completes; `on_page` sees each page as it finishes."""
     yield from _Stream(inputs, recognizer, pages, options, on_page, model).run()
 
 
@@ -132,7 +133,7 @@ class _Stream:
         self.rendered: list[Rendered] = []  # waiting for the layout model
         self.completed: list[tuple[int, DocumentOutput]] = []
         self.outstanding = 0  # tasks sent and not answered
-        self.in_flight = 0  # pages sent and not yet handed on
+        self.in_flight = 0  # pages sent and not yet finished
         self.more_inputs = True
         self.limit = max(1, options.pages_in_flight)
         self.batch = max(1, min(options.layout_batch, self.limit))
@@ -245,17 +246,15 @@ class _Stream:
             self._page_done(event.key)
 
     def _page_done(self, key: tuple[int, int]) -> None:
+        """A page is finished: handed on at once (its images are written and let go), kept in its document."""
         page = self.recognizing.pop(key)
         document = self.documents[key[0]]
         output = page.draft.finished(page.recognitions)
-        document.done[key[1]] = FinishedPage(output, page.images, document.opened.page_count)
-        while len(document.outputs) < len(document.pages) and document.pages[len(document.outputs)] in document.done:
-            finished = document.done.pop(document.pages[len(document.outputs)])
-            document.outputs.append(finished.output)
-            self.in_flight -= 1
-            if self.on_page is not None:
-                self.on_page(document.position, finished)
-        if len(document.outputs) == len(document.pages):
+        document.done[key[1]] = output
+        self.in_flight -= 1
+        if self.on_page is not None:
+            self.on_page(document.position, FinishedPage(output, page.images, document.opened.page_count))
+        if len(document.done) == len(document.pages):
             self._complete(document)
 
     def _complete(self, document: _Document) -> None:
@@ -265,9 +264,10 @@ class _Stream:
             output = DocumentOutput(name, "failed", opened.sha256, opened.media_type, opened.size,
                                     error=opened.error, model=self.model)
         else:
+            pages = [document.done[index] for index in document.pages]
             timings = {"ingest": opened.ingest_ms, "total": (time.perf_counter() - document.started) * 1000.0}
-            output = DocumentOutput(name, document_status(document.outputs), opened.sha256, opened.media_type,
-                                    opened.size, document.outputs, model=self.model, timings_ms=timings)
+            output = DocumentOutput(name, document_status(pages), opened.sha256, opened.media_type, opened.size, pages,
+                                    model=self.model, timings_ms=timings)
         self.completed.append((document.position, output))
 
     # -- the layout model, beside the engine ---------------------------------------------------------------------

@@ -195,7 +195,7 @@ def test_a_batch_the_layout_trips_on_is_laid_out_again_page_by_page_and_only_the
     assert result.pages[1].error.code == "layout_failed" and result.status == "partial"
 
 
-def test_pages_reach_the_callback_in_order_with_their_images():
+def test_every_page_reaches_the_callback_with_its_images():
     seen = []
     process_document(corpus_bytes("pdflatex-4-pages.pdf"), "p.pdf", Scripted(), PageLayout(),
                      ProcessOptions(Limits(dpi=36), pages_in_flight=1, page_images=True),
