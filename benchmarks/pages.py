@@ -12,15 +12,16 @@ written on the fly) or `--shape real` (the 0.9B shape, built in memory on `--dev
 sensible and seldom stop, so each region generates what a real one would: as many tokens as its own text layer holds
 in the checkpoint's tokenizer (at least 8), EOS ignored; a region with no text layer (a scan) takes
 `--fixed-budget`. `engine_alone_s` replays the same requests (the same crops, cut to the model's grid, and budgets)
-into a fresh engine in one batch, and `pipeline_efficiency = engine_alone_s / wall_s`: 1.0 is a pipeline that never
+into a fresh engine all at once, through its loop as in the run, and `pipeline_efficiency = engine_alone_s / wall_s`: 1.0 is a pipeline that never
 keeps the engine waiting.
 
 The last line is one JSON object: pages, regions, model_regions, output_tokens, wall_s, pages_per_s, output_tok_s,
 engine_busy_share, mean_running_seqs, max_num_seqs, engine_alone_s, pipeline_efficiency, first_page_s (from the call
-to the first finished page, the page workers' start included), import_s (importing the pipeline and the engine), and
-the run's settings. `--service` also runs the corpus through the embedded service (`quire serve`, upload and poll)
-and through process_many with the same plain settings (no budgets: each region as the service runs it, up to
-`--max-tokens`), and reports both pages/s and their ratio under `service`.
+to the first finished page), import_s (importing the pipeline and the engine), workers_start_s (the page workers'
+start, which a long run pays once, before the clock), and the run's settings. `--service` also runs the corpus
+through the embedded service (`quire serve`, upload and poll) and through process_many with the same plain settings
+(no budgets: each region as the service runs it, up to `--max-tokens`), and reports both pages/s and their ratio
+under `service`.
 
 `--pairs N --against KEY=VALUE` runs this command and the same with one option changed (`workers=2`, `split=1`),
 interleaved A B A B in fresh processes, and prints each run, the ratio of each pair's pages/s and their median.
@@ -172,7 +173,10 @@ class Bench:
         processor = DocumentProcessor(self.settings, self.engine, password=PASSWORD, workers=self.args.workers,
                                       page_images=not self.args.no_write, recognizer=recognizer)
         with processor:
-            figures = self._timed(processor, paths)
+            started = time.perf_counter()
+            processor.start_workers()
+            workers_start = time.perf_counter() - started
+            figures = self._timed(processor, paths) | {"workers_start_s": round(workers_start, 3)}
         if recognizer is not None:
             figures |= self._replay(recognizer.requests, figures["wall_s"])
         return figures | self._describe(processor)
@@ -185,6 +189,7 @@ class Bench:
 
         plain = self.settings.model_copy(update={"max_tokens": self.args.max_tokens})
         with DocumentProcessor(plain, self.engine, workers=self.args.workers, page_images=True) as processor:
+            processor.start_workers()
             in_process = self._timed(processor, paths)
         served = embedded_pages_per_s(paths, plain, self.tmp / "service")
         return {"process_pages_per_s": in_process["pages_per_s"], "service_pages_per_s": served["pages_per_s"],
@@ -250,10 +255,15 @@ class Bench:
         release(self.engine)
         self.engine = Engine(model, processor, config)
         warm_up(self.engine)
+        before = self.engine.stats()
         started = time.perf_counter()
-        self.engine.generate(requests)
+        for pending in [self.engine.submit(request) for request in requests]:
+            pending.result()
         alone = time.perf_counter() - started
-        return {"engine_alone_s": round(alone, 3), "pipeline_efficiency": round(alone / wall, 3)}
+        after = self.engine.stats()
+        batch = (after["step_sequences"] - before["step_sequences"]) / max(1, after["steps"] - before["steps"])
+        return {"engine_alone_s": round(alone, 3), "pipeline_efficiency": round(alone / wall, 3),
+                "alone_mean_running_seqs": round(batch, 1)}
 
     def _describe(self, processor: Any) -> dict[str, Any]:
         return {"workers": processor.workers, "layout": self.args.layout, "text_layer": self.args.text_layer,
@@ -293,11 +303,14 @@ class Bench:
 
 
 def warm_up(engine: Any) -> None:
-    """One small request: the first steps of an engine allocate its cache and compile, which no run should pay."""
+    """One small request, through the engine's loop as every request of a run: the first steps of an engine
+    allocate its cache and compile, which no run should pay. (Not `generate`, which steps in this thread: a thread
+    that has run torch's parallel work keeps an OpenMP pool, and another thread's pool then ran 35-55 % slower here.)
+    """
     from pipeline.engine.request import Request
     from pipeline.samples.images import sample_image
 
-    engine.generate([Request(images=[sample_image(256, 64)], max_tokens=4, ignore_eos=True)])
+    engine.submit(Request(images=[sample_image(256, 64)], max_tokens=4, ignore_eos=True)).result()
 
 
 def real_shape_engine(tiny: Path, config: Any) -> Any:

@@ -149,6 +149,27 @@ def test_process_takes_a_directory_skips_finished_inputs_and_reports_bad_ones(tm
     assert not (out / "letter.pages" / "stale.png").exists()
 
 
+def test_process_writes_each_file_and_reports_the_files_in_the_order_given(tmp_path, tiny_checkpoint):
+    files = ["pdflatex-4-pages.pdf", "minimal-document.pdf", "multicolumn.pdf"]
+    done = _quire("process", *(str(CORPUS / name) for name in files), "-o", str(tmp_path / "out"),
+                  "--model", str(tiny_checkpoint), *FAST, cache=tmp_path, QUIRE_PROCESS_WORKERS="2")
+    assert done.returncode == 0, done.stderr
+    reports = [line.strip() for line in done.stderr.splitlines() if line.strip().startswith("[")]
+    assert [line.split(":")[0] for line in reports] == [f"[{n}/3] {name}" for n, name in enumerate(files, 1)]
+    assert all((tmp_path / "out" / f"{Path(name).stem}.json").exists() for name in files)
+
+
+def test_the_console_holds_a_file_s_line_until_the_files_before_it_are_reported(capsys):
+    console = cli._Console(["a.pdf", "b.pdf", "c.pdf"])
+    console.done(2, "1 page, succeeded", 1500.0)
+    console.done(1, "2 pages, succeeded", 500.0)
+    assert capsys.readouterr().err == ""
+    console.done(0, "4 pages, succeeded", None)
+    lines = [line.strip() for line in capsys.readouterr().err.splitlines()]
+    assert lines[0].startswith("[1/3] a.pdf: 4 pages, succeeded (")
+    assert lines[1:] == ["[2/3] b.pdf: 2 pages, succeeded (0.5s)", "[3/3] c.pdf: 1 page, succeeded (1.5s)"]
+
+
 def test_process_without_the_weights_skips_the_regions_that_need_them_and_says_how_to_get_them(tmp_path):
     done = _quire("process", str(CORPUS / "grayscale-image.pdf"), "-o", str(tmp_path / "out"),
                   "--model", "PaddlePaddle/not-downloaded-here", cache=tmp_path)

@@ -1,6 +1,6 @@
 """A page's PNGs for a writer: the page image, its overlay of regions and the crops of its pictures.
 
-PNG encoding is most of a page's CPU work (about 100 ms for a 200-dpi page here, twice per page with its overlay),
+PNG encoding is most of a page's CPU work (40-80 ms for a 200-dpi page here, twice per page with its overlay),
 so it is done where the page was laid out, in a page worker (page_pool.py), and the process that holds the engine
 only writes the bytes (outputs.py).
 """
@@ -36,6 +36,8 @@ def encode_page_images(page: RenderedPage, regions: list[RegionOutput], margin_p
 
 
 def png(image: Image.Image) -> bytes:
+    """Lossless, at zlib's fastest level, as the service stores its page images: over the corpus's pages at 200 dpi
+    the files are 12 % larger than at the default level, and written in 55-60 % of the time."""
     buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
+    image.save(buffer, format="PNG", compress_level=1)
     return buffer.getvalue()

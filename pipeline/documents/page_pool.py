@@ -46,6 +46,7 @@ from pipeline.engine.images import ImageSettings, ModelImage
 
 Deliver = Callable[[Result], None]
 TASKS_PER_WORKER = 2  # one being worked on and one waiting, so a worker never idles between tasks
+READY = "ready"  # what a worker says once, when it can take tasks
 
 
 class InlinePages:
@@ -126,10 +127,18 @@ class PagePool:
         """Route results to `deliver` (from the pool's reader thread); starts the workers on first use."""
         with self._lock:
             self._deliver = deliver
+        self.start()
+
+    def start(self, timeout: float | None = None) -> bool:
+        """Start the workers unless they run; with `timeout`, wait that long for each to be ready (imported, its
+        layout built): whether all are."""
+        with self._lock:
             if self._reader is None:
                 self._workers = [self._start() for _ in range(self._size)]
                 self._reader = threading.Thread(target=self._read, name="quire-page-pool", daemon=True)
                 self._reader.start()
+            workers = list(self._workers)
+        return timeout is None or all(worker.ready.wait(timeout) for worker in workers)
 
     def send(self, task: Task) -> None:
         if not isinstance(task.source, Path):
@@ -190,10 +199,17 @@ class PagePool:
         except (EOFError, OSError):
             self._replace(worker)
             return
+        if message == READY:
+            worker.ready.set()
+            return
         with self._lock:
-            worker.tasks.popleft()
+            task = worker.tasks.popleft()
             deliver = self._deliver
-        deliver(unpack(message))
+        try:
+            result = unpack(message)
+        except (OSError, ValueError) as exc:  # its pixels could not be read back: the page fails, not the pool
+            result = failed_work(task, Problem("corrupt", f"the page's pixels were lost on their way: {exc}"))
+        deliver(result)
 
     def _replace(self, dead: _Worker) -> None:
         dead.process.join(timeout=1)
@@ -217,6 +233,7 @@ class _Worker:
         self.process, self.results = process, results
         self._tasks = tasks
         self.tasks: deque[Task] = deque()  # sent and not yet answered, in order
+        self.ready = threading.Event()  # it said it is ready for tasks
 
     def send(self, task: Task) -> None:
         self._tasks.send(pack(task))
@@ -241,6 +258,7 @@ def serve(setup: WorkerSetup, tasks: Connection, results: Connection) -> None:
     """A worker process: run each task and send its result back, until told to stop (None) or orphaned."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it stops the workers
     worker = setup.worker()
+    results.send(READY)
     try:
         while (message := _next(tasks)) is not None:
             results.send(pack(worker.run(unpack(message))))
