@@ -12,8 +12,8 @@ written on the fly) or `--shape real` (the 0.9B shape, built in memory on `--dev
 sensible and seldom stop, so each region generates what a real one would: as many tokens as its own text layer holds
 in the checkpoint's tokenizer (at least 8), EOS ignored; a region with no text layer (a scan) takes
 `--fixed-budget`. `engine_alone_s` replays the same requests (the same crops, cut to the model's grid, and budgets)
-into a fresh engine all at once, through its loop as in the run, and `pipeline_efficiency = engine_alone_s / wall_s`: 1.0 is a pipeline that never
-keeps the engine waiting.
+into a fresh engine all at once, through its loop as in the run, and `pipeline_efficiency = engine_alone_s /
+wall_s`: 1.0 is a pipeline that never keeps the engine waiting.
 
 The last line is one JSON object: pages, regions, model_regions, output_tokens, wall_s, pages_per_s, output_tok_s,
 engine_busy_share, mean_running_seqs, max_num_seqs, engine_alone_s, pipeline_efficiency, first_page_s (from the call
