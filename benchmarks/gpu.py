@@ -337,7 +337,7 @@ def pages_layout_model(bench: Bench) -> dict:
 def _pages(bench: Bench, layout: str) -> dict:
     from benchmarks import pages
 
-    shape = ["--small"] if bench.small else ["--shape", "real", "--dtype", "bfloat16"]
+    shape = ["--small", "--no-write"] if bench.small else ["--shape", "real", "--dtype", "bfloat16"]
     args = pages.parser().parse_args([*shape, "--device", str(bench.device), "--layout", layout])
     folder = bench.tmp / f"pages-{layout}"
     folder.mkdir()

@@ -27,8 +27,12 @@ from workers.celery_app import app
 
 
 def _quire(*args: str, cache: Path, **env_vars: str) -> subprocess.CompletedProcess[str]:
+    """`quire ARGS` in a subprocess; its pages in its own thread unless QUIRE_PROCESS_WORKERS is given (the page
+    workers' start is a second of each command's; tests/documents/test_page_pool.py and the test of input order
+    run them)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("QUIRE_")}
-    env.update(QUIRE_CACHE_DIR=str(cache), HF_HUB_OFFLINE="1", **env_vars)
+    env.update(QUIRE_CACHE_DIR=str(cache), HF_HUB_OFFLINE="1", QUIRE_PROCESS_WORKERS="0")
+    env.update(env_vars)
     return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], env=env, capture_output=True, text=True,
                           timeout=300, check=False)
 

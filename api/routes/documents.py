@@ -8,7 +8,6 @@ work never blocks the event loop.
 
 from __future__ import annotations
 
-import io
 import os
 from collections.abc import Iterator
 from functools import partial
@@ -27,6 +26,7 @@ from api.upload import form_options, receive_upload, upload_openapi
 from api.views import document_accepted_view, document_status_view, document_summary_view, document_url, page_view
 from pipeline.db.counts import region_counts
 from pipeline.db.session import session_scope
+from pipeline.documents.page_images import picture_png
 from pipeline.jobs.cancel import NotCancelable, cancel_document
 from pipeline.jobs.intake import IdempotencyConflict, accept_upload, delete_document
 from pipeline.jobs.start import start_document
@@ -143,7 +143,7 @@ def get_region_image(ctx: ContextDep, tenant: TenantId, document_id: str, number
         raise ApiError(404, "region_image_not_found", f"region {order} of page {number} has no pixels on the page")
     try:
         with ctx.blobs.open(key) as handle, Image.open(handle) as image:
-            return Response(_png(image.crop(tuple(box))), media_type="image/png")
+            return Response(picture_png(image.crop(tuple(box))), media_type="image/png")
     except BlobNotFound:
         raise ApiError(404, "region_image_not_found", f"page {number} of document {document_id} has no image") from None
 
@@ -183,13 +183,6 @@ def _blob_response(blobs: BlobStore, key: str | None, media_type: str, missing: 
     handle.seek(0)
     headers = {"Content-Length": str(size), "ETag": f'"{key}"'}
     return StreamingResponse(_chunks(handle), media_type=media_type, headers=headers)
-
-
-def _png(image: Image.Image) -> bytes:
-    """Encoded as `quire process` saves its crops (PIL's default PNG settings), so both give the same bytes."""
-    buffer = io.BytesIO()
-    image.save(buffer, "PNG")
-    return buffer.getvalue()
 
 
 def _chunks(handle: BinaryIO) -> Iterator[bytes]:

@@ -6,9 +6,6 @@ Each page is its own task, which may run on another machine than its document's 
 
 from __future__ import annotations
 
-import io
-
-from PIL import Image
 from sqlalchemy import Connection, Row, select, update
 
 from pipeline.db.models import Document, Page
@@ -17,6 +14,7 @@ from pipeline.db.upserts import upsert_regions
 from pipeline.documents.errors import DocumentError
 from pipeline.documents.ingest import SourcePage, ingest
 from pipeline.documents.layout_weights import LayoutModelUnavailable
+from pipeline.documents.page_images import page_png
 from pipeline.documents.process import FailedPage, LaidOutPage, ProcessOptions, lay_out, page_problem
 from pipeline.documents.results import PageOutput, Problem
 from pipeline.jobs.context import Context
@@ -38,7 +36,7 @@ def prepare_page(ctx: Context, page_id: int) -> None:
     if isinstance(laid_out, FailedPage):
         _finish_failed_page(ctx, page_id, laid_out.output)
         return
-    png = _png(laid_out.page.image)
+    png = page_png(laid_out.page.image)  # lossless: the crops the GPU worker cuts must be the pixels layout saw
     image_key = ctx.blobs.put(png)
     outputs = [laid_out.region_output(i) for i in range(len(laid_out.prepared))]
     rows = [region_row(output, page_id, i, item.crop_box, pending=item.needs_model)
@@ -111,10 +109,3 @@ def _finish_failed_page(ctx: Context, page_id: int, output: PageOutput) -> None:
         complete = finish_page(session, page_id, document_id, output.error)
     if complete:
         hand_off(ctx.dispatcher, "prepare", "finalize", document_id)
-
-
-def _png(image: Image.Image) -> bytes:
-    """The page image, lossless (the crops the GPU worker cuts must be the pixels layout saw); fast compression."""
-    buffer = io.BytesIO()
-    image.save(buffer, "PNG", compress_level=1)
-    return buffer.getvalue()
