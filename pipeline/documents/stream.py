@@ -18,6 +18,7 @@ queue, so the state below is this thread's alone.
 
 from __future__ import annotations
 
+import itertools
 import queue
 import time
 from collections import OrderedDict
@@ -63,18 +64,20 @@ class DocumentInput:
 
 
 DocumentCallback = Callable[[int, FinishedPage], None]
+_KEYS = itertools.count()
 
 
 @dataclass(frozen=True)
 class _Recognized:
-    key: tuple[int, int]  # (document position, page index)
+    key: tuple[int, int]  # (document key, page index)
     region: int
     recognition: Recognition
 
 
 @dataclass
 class _Document:
-    position: int
+    position: int  # in the input
+    key: int  # in the tasks: unique in the process, so a result for a stream left early is told apart
     input: DocumentInput
     started: float
     opened: Opened | None = None
@@ -178,7 +181,7 @@ class _Stream:
         index = document.pages[document.sent]
         document.sent += 1
         self.in_flight += 1
-        return PageTask(document.position, document.input.source, index, opened.sha256, opened.furniture)
+        return PageTask(document.key, document.input.source, index, opened.sha256, opened.furniture)
 
     def _open_task(self) -> OpenTask | None:
         if not self.more_inputs:
@@ -188,14 +191,17 @@ class _Stream:
         except StopIteration:
             self.more_inputs = False
             return None
-        self.documents[position] = _Document(position, item, time.perf_counter())
-        return OpenTask(position, item.source)
+        key = next(_KEYS)
+        self.documents[key] = _Document(position, key, item, time.perf_counter())
+        return OpenTask(key, item.source)
 
     # -- results -----------------------------------------------------------------------------------------------
 
     def _handle(self, event: Result | _Recognized) -> None:
         if isinstance(event, _Recognized):
             self._recognized(event)
+            return
+        if event.doc not in self.documents:  # sent by a stream its caller left before the end: not this one's
             return
         self.outstanding -= 1
         if isinstance(event, Opened):
@@ -258,7 +264,7 @@ class _Stream:
             self._complete(document)
 
     def _complete(self, document: _Document) -> None:
-        del self.documents[document.position]
+        del self.documents[document.key]
         opened, name = document.opened, document.input.name
         if opened.error is not None:
             output = DocumentOutput(name, "failed", opened.sha256, opened.media_type, opened.size,

@@ -163,3 +163,15 @@ def test_workers_default_to_the_cores_less_one_beside_a_cpu_engine():
     cores = len(os.sched_getaffinity(0))
     assert default_workers(engine_on_cpu=False) == cores
     assert default_workers(engine_on_cpu=True) == max(1, cores - 1)
+
+
+def test_a_processor_left_in_the_middle_of_a_run_serves_the_next_one_whole(tmp_path: Path):
+    with DocumentProcessor(_settings("none", tmp_path, dpi=150), workers=2) as processor:
+        run = processor.process_many([CORPUS / "pdflatex-4-pages.pdf", CORPUS / "multicolumn.pdf",
+                                      CORPUS / "google-doc-document.pdf"])
+        next(run)
+        run.close()  # the workers still hold tasks of the run left behind; their results must not reach the next
+        results = dict(processor.process_many([CORPUS / "minimal-document.pdf", CORPUS / "multicolumn.pdf"]))
+    assert [results[0].name, results[1].name] == ["minimal-document.pdf", "multicolumn.pdf"]
+    assert [len(results[0].pages), len(results[1].pages)] == [1, 3]
+    assert results[0].status == results[1].status == "succeeded"
