@@ -20,6 +20,7 @@ import pymupdf
 from PIL import Image
 
 from pipeline.documents.layout_contract import BBox, DetectedRegion
+from pipeline.documents.layout_text import WORD_FLAGS
 from pipeline.documents.render import RenderedPage
 
 TextLayerMode = Literal["auto", "off"]
@@ -113,9 +114,9 @@ class _TextLayer:
         self.grey = np.asarray(page.image.convert("L"))
         self.images = [pymupdf.Rect(info["bbox"]) for info in pdf_page.get_image_info()]
         if pdf_page.rotation:
-            self.words = reading_order(pdf_page.get_text("words"), pdf_page.rotation_matrix)
+            self.words = reading_order(pdf_page.get_text("words", flags=WORD_FLAGS), pdf_page.rotation_matrix)
         else:
-            self.words = pdf_page.get_text("words", sort=True)
+            self.words = pdf_page.get_text("words", flags=WORD_FLAGS, sort=True)
 
     def text(self, bbox: BBox, min_coverage: float) -> str | None:
         """The region's text from the text layer, or None when the layer does not clearly cover the region."""
