@@ -31,6 +31,7 @@ from pipeline.documents.layout_furniture import Band, band_of, document_furnitur
 from pipeline.documents.layout_geometry import area, center_inside, distance, middle_y, mostly_inside, next_to, union
 from pipeline.documents.layout_order import xy_cut_order
 from pipeline.documents.layout_page import PageLayout
+from pipeline.documents.layout_paragraphs import paragraphs
 from pipeline.documents.layout_text import Line, on_image, text_blocks
 from pipeline.documents.render import RenderedPage
 
@@ -108,7 +109,8 @@ class PdfLayout:
         formulas, runs = split_formulas(blocks, page)
         found = running + [_Found(formula.bbox, "display_formula", _Found(formula.number, "formula_number")
                                   if formula.number else None) for formula in formulas]
-        found += _label_texts([_Text(tuple(run)) for run in runs], body_size, page, source.index, containers)
+        found += _label_texts([_Text(tuple(run)) for run in paragraphs(runs, page)], body_size, page, source.index,
+                              containers)
         return _ordered(found + [_Found(box, "table") for box in tables] + pictures, page)
 
 
