@@ -193,3 +193,23 @@ def test_ligatures_read_as_their_letters_and_keep_the_space_after_a_word():
     page, pdf_page = _pdf_page(ligatures)
     [item] = prepare_regions(page, [DetectedRegion((10, 20, 290, 50), "text", 0.9, 0)], DEFAULTS, pdf_page)
     assert item.text == "The staff of the office find a flat fix"
+
+
+CONTENTS = [("1", "Introduction", "3"), ("1.1", "Open sets", "4"), ("2", "Metric spaces", "7")]
+
+
+def test_a_table_of_contents_reads_one_entry_a_line():
+    """Number, title, dot leaders and page of an entry are set apart on one row (PyMuPDF makes each a line of its
+    own): they read as one line, as printed."""
+    def contents(page):
+        for row, (number, title, page_number) in enumerate(CONTENTS):
+            y = 40 + 14 * row
+            page.insert_text((20, y), number, fontsize=10)
+            page.insert_text((50, y), title, fontsize=10)
+            page.insert_text((140, y), ". . . . . . . . . . . . . . .", fontsize=10)
+            page.insert_text((270, y), page_number, fontsize=10)
+
+    page, pdf_page = _pdf_page(contents)
+    [item] = prepare_regions(page, [DetectedRegion((10, 20, 290, 80), "text", 0.9, 0)], DEFAULTS, pdf_page)
+    assert item.text == "\n".join(f"{number} {title} . . . . . . . . . . . . . . . {page_number}"
+                                  for number, title, page_number in CONTENTS)
