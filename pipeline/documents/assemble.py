@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline.documents.paragraph_flow import run_on, runs_on
 from pipeline.documents.results import DocumentOutput, PageOutput, Problem, RegionOutput
 
 SCHEMA_PATH = Path(__file__).with_name("result.schema.json")
@@ -52,6 +53,7 @@ def page_markdown(page: PageOutput, options: MarkdownOptions | None = None) -> s
     options = options or MarkdownOptions()
     blocks: list[str] = []
     last_formula: int | None = None  # index in blocks of the display formula a formula_number would tag
+    last_label: str | None = None  # the label of the region the last block came from
     for region in page.regions:
         if region.label in options.exclude or region.error is not None:
             continue
@@ -62,7 +64,11 @@ def page_markdown(page: PageOutput, options: MarkdownOptions | None = None) -> s
         block = _block(page.index, region, options)
         if not block:
             continue
+        if region.label == last_label == "text" and runs_on(blocks[-1], block):  # a column broke the paragraph
+            blocks[-1] = run_on(blocks[-1], block)
+            continue
         last_formula = len(blocks) if region.label == "display_formula" else None
+        last_label = region.label
         blocks.append(block)
     return "\n\n".join(blocks)
 

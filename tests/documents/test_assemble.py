@@ -6,6 +6,7 @@ import tomllib
 from pathlib import Path
 
 import jsonschema
+import pymupdf
 import pytest
 
 from pipeline.documents.assemble import (
@@ -16,7 +17,12 @@ from pipeline.documents.assemble import (
     load_schema,
     page_markdown,
 )
+from pipeline.documents.ingest import Limits
+from pipeline.documents.layout_pdf import PdfLayout
+from pipeline.documents.process import ProcessOptions
 from pipeline.documents.results import DocumentOutput, PageOutput, Problem, RegionContent, RegionOutput
+from pipeline.documents.stream import process_document
+from tests.documents.answers import Answers
 
 SHA = "0" * 64
 
@@ -135,3 +141,42 @@ def test_the_schema_rejects_what_the_pipeline_never_writes():
     result["pages"][0]["regions"][0]["label"] = "banner"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(result, load_schema())
+
+
+LEFT_COLUMN = ["The first paragraph of the page is short.", "The second paragraph starts in the left column",
+               "and runs down to its foot without a sentence", "ending there, so the words go on"]
+RIGHT_COLUMN = ["at the head of the right column, where the", "paragraph ends in the middle of the column.",
+                "A third paragraph follows it there."]
+
+
+def two_columns_with_a_paragraph_across() -> bytes:
+    """A two-column page whose second paragraph runs from the foot of the left column to the head of the right."""
+    pdf = pymupdf.open()
+    page = pdf.new_page(width=595, height=842)
+    for x, lines, new_paragraph in ((72, LEFT_COLUMN, 1), (310, RIGHT_COLUMN, 2)):
+        for row, line in enumerate(lines):
+            page.insert_text((x, 100 + 12 * row + (8 if row >= new_paragraph else 0)), line, fontsize=10)
+    return pdf.tobytes()
+
+
+def test_a_paragraph_across_a_column_break_is_one_markdown_paragraph():
+    result = process_document(two_columns_with_a_paragraph_across(), "c.pdf", Answers(), PdfLayout(),
+                              ProcessOptions(Limits(dpi=100)))
+    paragraphs = [" ".join(block.split()) for block in document_markdown(result).strip().split("\n\n")]
+    assert paragraphs == [LEFT_COLUMN[0], " ".join(LEFT_COLUMN[1:] + RIGHT_COLUMN[:2]), RIGHT_COLUMN[2]]
+
+
+@pytest.mark.parametrize(("before", "after", "markdown"), [
+    ("runs on", "and on.", "runs on\nand on."),
+    ("a hyphen-", "ated word.", "a hyphenated word."),
+    ("Ends here.", "and lower case.", "Ends here.\n\nand lower case."),  # a sentence ended before the break
+    ("No end", "But a capital.", "No end\n\nBut a capital."),
+    ("(see below:)", "and so.", "(see below:)\n\nand so."),
+])
+def test_text_runs_on_into_the_next_text_block_only_mid_sentence(before: str, after: str, markdown: str):
+    assert page_markdown(page([region(0, "text", before), region(1, "text", after)])) == markdown
+
+
+def test_a_heading_never_runs_on_into_text():
+    assert page_markdown(page([region(0, "paragraph_title", "Results and"), region(1, "text", "more.")])) == \
+        "## Results and\n\nmore."
