@@ -180,3 +180,36 @@ def test_text_runs_on_into_the_next_text_block_only_mid_sentence(before: str, af
 def test_a_heading_never_runs_on_into_text():
     assert page_markdown(page([region(0, "paragraph_title", "Results and"), region(1, "text", "more.")])) == \
         "## Results and\n\nmore."
+
+
+def sections_and_a_definition() -> bytes:
+    """A LaTeX-like hierarchy over two pages: numbered sections (14 pt bold) and subsections (12 pt bold), a bold
+    run-in heading at the body size ("Definition 8") under a subsection, and an unnumbered section-sized heading."""
+    pdf = pymupdf.open()
+    headings = [[("1 Metric Spaces", 14), ("1.2 Open Sets", 12), ("Definition 8", 10)],
+                [("Definition 9", 10), ("2 Continuity", 14), ("References", 14)]]
+    for on_page in headings:
+        page = pdf.new_page(width=595, height=842)
+        y = 80.0
+        for heading, size in on_page:
+            page.insert_text((72, y), heading, fontsize=size, fontname="hebo")
+            page.insert_textbox(pymupdf.Rect(72, y + 8, 523, y + 80), "Body text of the section, in ten point. " * 8,
+                                fontsize=10)
+            y += 110
+    return pdf.tobytes()
+
+
+def test_heading_levels_follow_the_numbering_and_a_smaller_unnumbered_heading_sits_below_its_section():
+    result = process_document(sections_and_a_definition(), "s.pdf", Answers(), PdfLayout(),
+                              ProcessOptions(Limits(dpi=100)))
+    headings = [line for line in document_markdown(result).splitlines() if line.startswith("#")]
+    assert headings == ["## 1 Metric Spaces", "### 1.2 Open Sets", "#### Definition 8", "#### Definition 9",
+                        "## 2 Continuity", "## References"]
+    assert result.pages[1].regions[0].label == "paragraph_title"
+    assert page_markdown(result.pages[1]).startswith("## Definition 9")  # alone, the page knows no section
+
+
+def test_headings_without_numbers_are_sections():
+    titles = page([region(0, "paragraph_title", "Abstract"), region(1, "text", "Words."),
+                   region(2, "paragraph_title", "Results")])
+    assert page_markdown(titles) == "## Abstract\n\nWords.\n\n## Results"
