@@ -1,9 +1,10 @@
 """Assemble region results into what people and programs read: Markdown per page and per document, and JSON.
 
-Markdown follows what MinerU and docling users expect: titles become headings, tables stay HTML blocks (Markdown
-tables cannot span cells), display formulas are `$$…$$` blocks, pictures are links to their crops (or a comment
-when none was saved), and running headers, footers and page numbers are left out so the text flows across
-pages. The JSON keeps everything, excluded regions included; its shape is result.schema.json, shipped with the
+Markdown follows what MinerU and docling users expect: titles become headings, nested as the document sets them
+(heading_levels.py), tables stay HTML blocks (Markdown tables cannot span cells), display formulas are `$$…$$`
+blocks, pictures are links to their crops (or a comment when none was saved), a paragraph a column break cut is
+one again (paragraph_flow.py), and running headers, footers and page numbers are left out so the text flows
+across pages. The JSON keeps everything, excluded regions included; its shape is result.schema.json, shipped with the
 package so clients can validate against the same file the tests use.
 """
 

@@ -5,7 +5,8 @@ PP-DocLayout's vocabulary: tables from ruled grids whose cells hold words and fr
 booktabs-style tables; pictures from placed images and from clusters of drawings, with the labels printed around
 them (axes with numbered ticks make a chart); display formulas with their equation numbers (layout_formulas.py);
 running headers, footers and page numbers, decided over the whole document (layout_furniture.py); and the other
-text blocks labelled by font size, weight and place (titles, headings, footnotes, captions). An XY-cut orders
+text blocks, cut and joined into paragraphs (layout_paragraphs.py), labelled by font size, weight and place
+(titles, headings, footnotes, captions). An XY-cut orders
 them, columns first, with each equation number after its formula and each caption beside its figure. A page
 without a text layer (a scan) or a raster page has no structure to read: it becomes one whole-page `text` region,
 as with the `page` backend, so recognition still sees all of it.
