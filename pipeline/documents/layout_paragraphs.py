@@ -10,6 +10,10 @@ it opens.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+from itertools import pairwise
+
+from pipeline.documents.layout_contract import BBox
 from pipeline.documents.layout_geometry import middle_y, union
 from pipeline.documents.layout_text import Line
 from pipeline.documents.render import RenderedPage
@@ -47,7 +51,7 @@ def _on_row(line: Line, row: list[Line]) -> bool:
 def _size_parts(rows: list[list[Line]]) -> list[list[list[Line]]]:
     """Consecutive rows of about one type size, together."""
     parts = [[rows[0]]]
-    for before, row in zip(rows, rows[1:], strict=False):
+    for before, row in pairwise(rows):
         big, small = max(_size(before), _size(row)), min(_size(before), _size(row))
         if big >= _SIZE_STEP * small:
             parts.append([row])
@@ -61,24 +65,36 @@ def _size(lines: list[Line]) -> float:
 
 
 def _join_hanging(runs: list[list[Line]], page: RenderedPage) -> list[list[Line]]:
-    result = list(runs)
-    for first in runs:
-        at = next((index for index, run in enumerate(result) if run is first), None)
-        rest = None if at is None else next((run for run in result if run is not first and _hangs(first, run, page)),
-                                            None)
+    """Each hanging first line joined to the run it opens; only runs starting right below a line are tried, so a
+    page of many short blocks (an index) costs no more than a page of paragraphs."""
+    boxes = [union(line.bbox for line in run) for run in runs]
+    by_top = sorted(range(len(runs)), key=lambda index: boxes[index][1])
+    tops = [boxes[index][1] for index in by_top]
+    rests: dict[int, int] = {}  # a first line's run → the run it opens
+    for index, run in enumerate(runs):
+        if index in rests.values() or not _unfinished_row(run):
+            continue
+        em, bottom = _size(run) * page.scale, boxes[index][3]
+        near = by_top[bisect_left(tops, bottom + _LEADING_EM[0] * em):bisect_right(tops, bottom + _LEADING_EM[1] * em)]
+        rest = next((other for other in near if other != index and other not in rests and other not in rests.values()
+                     and _hangs(run, boxes[index], runs[other], boxes[other], page)), None)
         if rest is not None:
-            result[at] = first + rest
-            result = [run for run in result if run is not rest]
-    return result
+            rests[index] = rest
+    taken = set(rests.values())
+    return [run + runs[rests[index]] if index in rests else run
+            for index, run in enumerate(runs) if index not in taken]
 
 
-def _hangs(first: list[Line], rest: list[Line], page: RenderedPage) -> bool:
-    """Whether `first`, one row that runs on past its end, is the outdented first line of the rows of `rest`."""
+def _unfinished_row(run: list[Line]) -> bool:
+    """One row that ends mid-sentence: what a hanging first line looks like on its own."""
+    return len(_rows(run)) == 1 and not run[-1].text.rstrip().endswith(_SENTENCE_END)
+
+
+def _hangs(first: list[Line], head: BBox, rest: list[Line], body: BBox, page: RenderedPage) -> bool:
+    """Whether `first`, the one row boxed by `head` right above `rest`, is the outdented first line of its rows:
+    reaching their right edge (wrapped, not ended), left of their common start, in their type size."""
     em = _size(first) * page.scale
-    head, body = union(line.bbox for line in first), union(line.bbox for line in rest)
-    if not (_LEADING_EM[0] * em <= body[1] - head[3] <= _LEADING_EM[1] * em and head[2] >= body[2] - _FULL_EM * em):
-        return False
-    if len(_rows(first)) != 1 or first[-1].text.rstrip().endswith(_SENTENCE_END):
+    if head[2] < body[2] - _FULL_EM * em:
         return False
     starts = [min(line.bbox[0] for line in row) for row in _rows(rest)]
     return (_HANG_EM[0] * em <= starts[0] - head[0] <= _HANG_EM[1] * em
