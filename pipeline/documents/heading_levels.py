@@ -34,13 +34,13 @@ def heading_levels(pages: Iterable[PageOutput]) -> dict[tuple[int, int], int]:
     headings = [heading for page in pages for region in page.regions if (heading := _heading(page, region))]
     numbered = [heading for heading in headings if heading.numbered is not None]
     levels: dict[tuple[int, int], int] = {}
-    section: _Heading | None = None
+    section: tuple[int, float] | None = None  # level and size of the numbered heading in force
     for heading in headings:
         if heading.numbered is not None:
-            section = heading
+            section = (heading.numbered, heading.size)
             levels[heading.key] = heading.numbered
-        elif section is not None and heading.size * _SAME_SIZE < section.size:
-            levels[heading.key] = min(_DEEPEST, section.numbered + 1)
+        elif section is not None and heading.size * _SAME_SIZE < section[1]:
+            levels[heading.key] = min(_DEEPEST, section[0] + 1)
         else:
             alike = Counter(other.numbered for other in numbered if _alike(other.size, heading.size))
             levels[heading.key] = alike.most_common(1)[0][0] if alike else 2
