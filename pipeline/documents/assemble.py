@@ -1,9 +1,10 @@
 """Assemble region results into what people and programs read: Markdown per page and per document, and JSON.
 
-Markdown follows what MinerU and docling users expect: titles become headings, tables stay HTML blocks (Markdown
-tables cannot span cells), display formulas are `$$…$$` blocks, pictures are links to their crops (or a comment
-when none was saved), and running headers, footers and page numbers are left out so the text flows across
-pages. The JSON keeps everything, excluded regions included; its shape is result.schema.json, shipped with the
+Markdown follows what MinerU and docling users expect: titles become headings, nested as the document sets them
+(heading_levels.py), tables stay HTML blocks (Markdown tables cannot span cells), display formulas are `$$…$$`
+blocks, pictures are links to their crops (or a comment when none was saved), a paragraph a column break cut is
+one again (paragraph_flow.py), and running headers, footers and page numbers are left out so the text flows
+across pages. The JSON keeps everything, excluded regions included; its shape is result.schema.json, shipped with the
 package so clients can validate against the same file the tests use.
 """
 
@@ -12,10 +13,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from pipeline.documents.heading_levels import heading_levels, numbered_level
+from pipeline.documents.paragraph_flow import run_on, runs_on
 from pipeline.documents.results import DocumentOutput, PageOutput, Problem, RegionOutput
 
 SCHEMA_PATH = Path(__file__).with_name("result.schema.json")
@@ -23,21 +26,22 @@ SCHEMA_VERSION = 1
 
 # Page furniture: repeated on every page, noise in a flowing text.
 EXCLUDED_BY_DEFAULT: frozenset[str] = frozenset({"header", "footer", "number", "header_image", "footer_image"})
-_SECTION_NUMBER = re.compile(r"^\s*(\d+(?:\.\d+)*)\.?\s")
 _ALT_SPECIAL = re.compile(r"[\\\[\]]")  # escaped in alt text, which brackets delimit
 
 
 @dataclass(frozen=True)
 class MarkdownOptions:
-    """`exclude`: labels left out; `pictures`: (page index, region order) → link to the region's saved crop."""
+    """`exclude`: labels left out; `pictures`: (page index, region order) → link to the region's saved crop;
+    `headings`: (page index, region order) → a heading's level, as the whole document sets it (heading_levels)."""
 
     exclude: frozenset[str] = EXCLUDED_BY_DEFAULT
     pictures: Mapping[tuple[int, int], str] = field(default_factory=dict)
+    headings: Mapping[tuple[int, int], int] = field(default_factory=dict)
 
 
 def document_markdown(document: DocumentOutput, options: MarkdownOptions | None = None) -> str:
     """The whole document as Markdown; a failed page leaves an HTML comment with its error code."""
-    options = options or MarkdownOptions()
+    options = _with_headings(document.pages, options or MarkdownOptions())
     parts = []
     for page in document.pages:
         if page.error is not None:
@@ -48,10 +52,11 @@ def document_markdown(document: DocumentOutput, options: MarkdownOptions | None 
 
 
 def page_markdown(page: PageOutput, options: MarkdownOptions | None = None) -> str:
-    """One page as Markdown blocks in reading order."""
-    options = options or MarkdownOptions()
+    """One page as Markdown blocks in reading order; its headings' levels from `options`, else from the page alone."""
+    options = _with_headings([page], options or MarkdownOptions())
     blocks: list[str] = []
     last_formula: int | None = None  # index in blocks of the display formula a formula_number would tag
+    last_label: str | None = None  # the label of the region the last block came from
     for region in page.regions:
         if region.label in options.exclude or region.error is not None:
             continue
@@ -62,9 +67,17 @@ def page_markdown(page: PageOutput, options: MarkdownOptions | None = None) -> s
         block = _block(page.index, region, options)
         if not block:
             continue
+        if region.label == last_label == "text" and runs_on(blocks[-1], block):  # a column broke the paragraph
+            blocks[-1] = run_on(blocks[-1], block)
+            continue
         last_formula = len(blocks) if region.label == "display_formula" else None
+        last_label = region.label
         blocks.append(block)
     return "\n\n".join(blocks)
+
+
+def _with_headings(pages: list[PageOutput], options: MarkdownOptions) -> MarkdownOptions:
+    return options if options.headings else replace(options, headings=heading_levels(pages))
 
 
 def _block(page_index: int, region: RegionOutput, options: MarkdownOptions) -> str:
@@ -83,7 +96,8 @@ def _block(page_index: int, region: RegionOutput, options: MarkdownOptions) -> s
     if region.label == "doc_title":
         return "# " + " ".join(text.split())
     if region.label == "paragraph_title":
-        return "#" * _heading_level(text) + " " + " ".join(text.split())
+        level = options.headings.get((page_index, region.order)) or numbered_level(text)
+        return "#" * level + " " + " ".join(text.split())
     return text
 
 
@@ -95,12 +109,6 @@ def _picture(region: RegionOutput, link: str | None) -> str:
         alt = _ALT_SPECIAL.sub(r"\\\g<0>", words) if words else region.label
         return f"![{alt}]({link})"
     return f"<!-- {region.label}: {words.replace('--', '- -')} -->" if words else f"<!-- {region.label} -->"
-
-
-def _heading_level(title: str) -> int:
-    """`##` for a section title, one `#` more per level of its numbering (`2.1 Setup` → `###`), at most six."""
-    numbered = _SECTION_NUMBER.match(title)
-    return min(6, 2 + (numbered.group(1).count(".") if numbered else 0))
 
 
 def _display_formula(latex: str, tag: str | None = None) -> str:
@@ -119,6 +127,7 @@ def _tag(number: str) -> str:
 
 def document_json(document: DocumentOutput, options: MarkdownOptions | None = None) -> dict[str, Any]:
     """The document as a JSON-ready dict in the shape of result.schema.json."""
+    options = _with_headings(document.pages, options or MarkdownOptions())
     return {
         "version": SCHEMA_VERSION,
         "name": document.name,

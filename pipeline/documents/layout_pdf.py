@@ -5,7 +5,8 @@ PP-DocLayout's vocabulary: tables from ruled grids whose cells hold words and fr
 booktabs-style tables; pictures from placed images and from clusters of drawings, with the labels printed around
 them (axes with numbered ticks make a chart); display formulas with their equation numbers (layout_formulas.py);
 running headers, footers and page numbers, decided over the whole document (layout_furniture.py); and the other
-text blocks labelled by font size, weight and place (titles, headings, footnotes, captions). An XY-cut orders
+text blocks, cut and joined into paragraphs (layout_paragraphs.py), labelled by font size, weight and place
+(titles, headings, footnotes, captions). An XY-cut orders
 them, columns first, with each equation number after its formula and each caption beside its figure. A page
 without a text layer (a scan) or a raster page has no structure to read: it becomes one whole-page `text` region,
 as with the `page` backend, so recognition still sees all of it.
@@ -31,6 +32,7 @@ from pipeline.documents.layout_furniture import Band, band_of, document_furnitur
 from pipeline.documents.layout_geometry import area, center_inside, distance, middle_y, mostly_inside, next_to, union
 from pipeline.documents.layout_order import xy_cut_order
 from pipeline.documents.layout_page import PageLayout
+from pipeline.documents.layout_paragraphs import paragraphs
 from pipeline.documents.layout_text import Line, on_image, text_blocks
 from pipeline.documents.render import RenderedPage
 
@@ -108,7 +110,8 @@ class PdfLayout:
         formulas, runs = split_formulas(blocks, page)
         found = running + [_Found(formula.bbox, "display_formula", _Found(formula.number, "formula_number")
                                   if formula.number else None) for formula in formulas]
-        found += _label_texts([_Text(tuple(run)) for run in runs], body_size, page, source.index, containers)
+        found += _label_texts([_Text(tuple(run)) for run in paragraphs(runs, page)], body_size, page, source.index,
+                              containers)
         return _ordered(found + [_Found(box, "table") for box in tables] + pictures, page)
 
 

@@ -17,7 +17,10 @@ import pymupdf
 from pipeline.documents.layout_contract import BBox
 from pipeline.documents.render import RenderedPage
 
-TEXT_FLAGS = pymupdf.TEXTFLAGS_DICT & ~pymupdf.TEXT_PRESERVE_IMAGES  # boxes only: never copy image bytes
+# Boxes only (never copy image bytes), and ligatures as their letters: MuPDF keeps ﬀ, ﬁ, ﬂ, ﬃ as one code point
+# otherwise, which search and readers do not match, and then inserts no space after a word that ends in one.
+TEXT_FLAGS = pymupdf.TEXTFLAGS_DICT & ~pymupdf.TEXT_PRESERVE_IMAGES & ~pymupdf.TEXT_PRESERVE_LIGATURES
+WORD_FLAGS = pymupdf.TEXTFLAGS_WORDS & ~pymupdf.TEXT_PRESERVE_LIGATURES  # the same for get_text("words")
 # Math fonts of TeX (Computer/Latin Modern, AMS, newtx/newpx, MathTime), OpenType math fonts and Symbol.
 _MATH_FONT = re.compile(
     r"CMMI|CMSY|CMEX|CMBSY|MSAM|MSBM|EUFM|EURM|RSFS|LMMI|LMSY|LMEX|[TP]XMI|[TP]XSY|[TP]XEX|MTMI|MTSY|MTEX|"

@@ -20,6 +20,7 @@ import pymupdf
 from PIL import Image
 
 from pipeline.documents.layout_contract import BBox, DetectedRegion
+from pipeline.documents.layout_text import WORD_FLAGS
 from pipeline.documents.render import RenderedPage
 
 TextLayerMode = Literal["auto", "off"]
@@ -112,10 +113,11 @@ class _TextLayer:
         self.page = page
         self.grey = np.asarray(page.image.convert("L"))
         self.images = [pymupdf.Rect(info["bbox"]) for info in pdf_page.get_image_info()]
+        self.to_display = pdf_page.rotation_matrix
         if pdf_page.rotation:
-            self.words = reading_order(pdf_page.get_text("words"), pdf_page.rotation_matrix)
+            self.words = reading_order(pdf_page.get_text("words", flags=WORD_FLAGS), pdf_page.rotation_matrix)
         else:
-            self.words = pdf_page.get_text("words", sort=True)
+            self.words = pdf_page.get_text("words", flags=WORD_FLAGS, sort=True)
 
     def text(self, bbox: BBox, min_coverage: float) -> str | None:
         """The region's text from the text layer, or None when the layer does not clearly cover the region."""
@@ -123,7 +125,7 @@ class _TextLayer:
         if clip.is_empty or any(_overlap(image, clip) > _MAX_IMAGE_OVERLAP for image in self.images):
             return None
         words = self._words(clip)
-        text = join_words(words) if words else ""
+        text = join_words(words, self.to_display) if words else ""
         if not text or not _readable(text):
             return None
         return text if self._ink_coverage(bbox, words) >= min_coverage else None
@@ -134,7 +136,7 @@ class _TextLayer:
         No ink test here: a picture's ink is its drawing, which no word box covers."""
         clip = pymupdf.Rect(self.page.to_points(bbox))
         words = self._words(clip) if not clip.is_empty else []
-        text = join_words(words) if words else ""
+        text = join_words(words, self.to_display) if words else ""
         return text if text and _readable(text) else None
 
     def _words(self, clip: pymupdf.Rect) -> list[tuple]:
@@ -161,17 +163,23 @@ class _TextLayer:
         return int((ink & covered).sum()) / total
 
 
-def join_words(words: list[tuple]) -> str:
-    """PyMuPDF words (x0, y0, x1, y1, text, block, line, word) → lines of text; a hyphen at a line end is joined."""
+def join_words(words: list[tuple], to_display: pymupdf.Matrix = pymupdf.Identity) -> str:
+    """PyMuPDF words (x0, y0, x1, y1, text, block, line, word) → lines of text; a hyphen at a line end is joined.
+
+    A PyMuPDF line that goes on the row of the one before, right of it (a contents entry's number, title, leaders
+    and page; a tab-separated term and its value), continues its line of text. `to_display` maps word boxes onto
+    the page as shown, where rows run left to right."""
     lines: list[str] = []
     current: list[str] = []
-    key = None
+    key = row = None
     for word in words:
-        if (word[5], word[6]) != key and current:
+        box = pymupdf.Rect(word[:4]) * to_display
+        if (word[5], word[6]) != key and current and not _continues_row(row, box):
             lines.append(" ".join(current))
-            current = []
+            current, row = [], None
         key = (word[5], word[6])
         current.append(word[4])
+        row = box if row is None else row | box
     if current:
         lines.append(" ".join(current))
     text = ""
@@ -181,6 +189,10 @@ def join_words(words: list[tuple]) -> str:
         else:
             text = f"{text}\n{line}" if text else line
     return text
+
+
+def _continues_row(row: pymupdf.Rect | None, box: pymupdf.Rect) -> bool:
+    return row is not None and row.y0 <= (box.y0 + box.y1) / 2 <= row.y1 and box.x0 >= row.x1
 
 
 def reading_order(words: list[tuple], to_display: pymupdf.Matrix, tolerance: float = 3.0) -> list[tuple]:

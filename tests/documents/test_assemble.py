@@ -6,6 +6,7 @@ import tomllib
 from pathlib import Path
 
 import jsonschema
+import pymupdf
 import pytest
 
 from pipeline.documents.assemble import (
@@ -16,7 +17,12 @@ from pipeline.documents.assemble import (
     load_schema,
     page_markdown,
 )
+from pipeline.documents.ingest import Limits
+from pipeline.documents.layout_pdf import PdfLayout
+from pipeline.documents.process import ProcessOptions
 from pipeline.documents.results import DocumentOutput, PageOutput, Problem, RegionContent, RegionOutput
+from pipeline.documents.stream import process_document
+from tests.documents.answers import Answers
 
 SHA = "0" * 64
 
@@ -135,3 +141,69 @@ def test_the_schema_rejects_what_the_pipeline_never_writes():
     result["pages"][0]["regions"][0]["label"] = "banner"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(result, load_schema())
+
+
+LEFT_COLUMN = ["The first paragraph of the page is short.", "The second paragraph starts in the left column",
+               "and runs down to its foot without a sentence", "ending there, so the words go on"]
+RIGHT_COLUMN = ["at the head of the right column, where the", "paragraph ends in the middle of the column.",
+                "A third paragraph follows it there."]
+
+
+def two_columns_with_a_paragraph_across() -> bytes:
+    """A two-column page whose second paragraph runs from the foot of the left column to the head of the right."""
+    pdf = pymupdf.open()
+    page = pdf.new_page(width=595, height=842)
+    for x, lines, new_paragraph in ((72, LEFT_COLUMN, 1), (310, RIGHT_COLUMN, 2)):
+        for row, line in enumerate(lines):
+            page.insert_text((x, 100 + 12 * row + (8 if row >= new_paragraph else 0)), line, fontsize=10)
+    return pdf.tobytes()
+
+
+def test_a_paragraph_across_a_column_break_is_one_markdown_paragraph():
+    result = process_document(two_columns_with_a_paragraph_across(), "c.pdf", Answers(), PdfLayout(),
+                              ProcessOptions(Limits(dpi=100)))
+    paragraphs = [" ".join(block.split()) for block in document_markdown(result).strip().split("\n\n")]
+    assert paragraphs == [LEFT_COLUMN[0], " ".join(LEFT_COLUMN[1:] + RIGHT_COLUMN[:2]), RIGHT_COLUMN[2]]
+
+
+def test_a_text_block_runs_on_into_the_next_only_mid_sentence():
+    assert page_markdown(page([region(0, "text", "runs on"), region(1, "text", "and on.")])) == "runs on\nand on."
+    assert page_markdown(page([region(0, "text", "Ends."), region(1, "text", "and so.")])) == "Ends.\n\nand so."
+
+
+def test_a_heading_never_runs_on_into_text():
+    assert page_markdown(page([region(0, "paragraph_title", "Results and"), region(1, "text", "more.")])) == \
+        "## Results and\n\nmore."
+
+
+def sections_and_a_definition() -> bytes:
+    """A LaTeX-like hierarchy over two pages: numbered sections (14 pt bold) and subsections (12 pt bold), a bold
+    run-in heading at the body size ("Definition 8") under a subsection, and an unnumbered section-sized heading."""
+    pdf = pymupdf.open()
+    headings = [[("1 Metric Spaces", 14), ("1.2 Open Sets", 12), ("Definition 8", 10)],
+                [("Definition 9", 10), ("2 Continuity", 14), ("References", 14)]]
+    for on_page in headings:
+        page = pdf.new_page(width=595, height=842)
+        y = 80.0
+        for heading, size in on_page:
+            page.insert_text((72, y), heading, fontsize=size, fontname="hebo")
+            page.insert_textbox(pymupdf.Rect(72, y + 8, 523, y + 80), "Body text of the section, in ten point. " * 8,
+                                fontsize=10)
+            y += 110
+    return pdf.tobytes()
+
+
+def test_heading_levels_follow_the_numbering_and_a_smaller_unnumbered_heading_sits_below_its_section():
+    result = process_document(sections_and_a_definition(), "s.pdf", Answers(), PdfLayout(),
+                              ProcessOptions(Limits(dpi=100)))
+    headings = [line for line in document_markdown(result).splitlines() if line.startswith("#")]
+    assert headings == ["## 1 Metric Spaces", "### 1.2 Open Sets", "#### Definition 8", "#### Definition 9",
+                        "## 2 Continuity", "## References"]
+    assert result.pages[1].regions[0].label == "paragraph_title"
+    assert page_markdown(result.pages[1]).startswith("## Definition 9")  # alone, the page knows no section
+
+
+def test_headings_without_numbers_are_sections():
+    titles = page([region(0, "paragraph_title", "Abstract"), region(1, "text", "Words."),
+                   region(2, "paragraph_title", "Results")])
+    assert page_markdown(titles) == "## Abstract\n\nWords.\n\n## Results"

@@ -177,3 +177,39 @@ def test_upright_lines_of_a_page_shown_rotated_read_forwards():
     rendered = render_page(source)
     [item] = prepare_regions(rendered, [DetectedRegion((0, 0, 300, 200), "text", 0.9, 0)], DEFAULTS, source.load())
     assert item.text == "first line reads forwards\nand so does the second"
+
+
+def test_ligatures_read_as_their_letters_and_keep_the_space_after_a_word():
+    """A word set with ﬀ, ﬁ, ﬂ or ﬃ (TeX's fonts, most book fonts) reads as plain letters, as search and a reader
+    expect, and a ligature at a word's end keeps the space before the next word (the words placed apart, as TeX
+    places them, without a space character between)."""
+    def ligatures(page):
+        page.insert_font(fontname="F0", fontbuffer=pymupdf.Font("tiro").buffer)  # embedded: ligatures encodable
+        x = 20.0
+        for word in "The staﬀ of the oﬃce ﬁnd a ﬂat ﬁx".split():
+            page.insert_text((x, 40), word, fontsize=10, fontname="F0")
+            x += pymupdf.Font("tiro").text_length(word, fontsize=10) + 2.5
+
+    page, pdf_page = _pdf_page(ligatures)
+    [item] = prepare_regions(page, [DetectedRegion((10, 20, 290, 50), "text", 0.9, 0)], DEFAULTS, pdf_page)
+    assert item.text == "The staff of the office find a flat fix"
+
+
+CONTENTS = [("1", "Introduction", "3"), ("1.1", "Open sets", "4"), ("2", "Metric spaces", "7")]
+
+
+def test_a_table_of_contents_reads_one_entry_a_line():
+    """Number, title, dot leaders and page of an entry are set apart on one row (PyMuPDF makes each a line of its
+    own): they read as one line, as printed."""
+    def contents(page):
+        for row, (number, title, page_number) in enumerate(CONTENTS):
+            y = 40 + 14 * row
+            page.insert_text((20, y), number, fontsize=10)
+            page.insert_text((50, y), title, fontsize=10)
+            page.insert_text((140, y), ". . . . . . . . . . . . . . .", fontsize=10)
+            page.insert_text((270, y), page_number, fontsize=10)
+
+    page, pdf_page = _pdf_page(contents)
+    [item] = prepare_regions(page, [DetectedRegion((10, 20, 290, 80), "text", 0.9, 0)], DEFAULTS, pdf_page)
+    assert item.text == "\n".join(f"{number} {title} . . . . . . . . . . . . . . . {page_number}"
+                                  for number, title, page_number in CONTENTS)
