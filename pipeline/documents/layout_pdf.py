@@ -2,13 +2,13 @@
 
 PyMuPDF already knows where a page's text, images and vector drawings are. This turns them into regions in
 PP-DocLayout's vocabulary: tables from ruled grids whose cells hold words and from the horizontal rules of
-booktabs-style tables; pictures from placed images and from clusters of drawings, with the labels printed around
-them (axes with numbered ticks make a chart); display formulas with their equation numbers (layout_formulas.py);
-running headers, footers and page numbers, decided over the whole document (layout_furniture.py); and the other
-text blocks labelled by font size, weight and place (titles, headings, footnotes, captions). An XY-cut orders
-them, columns first, with each equation number after its formula and each caption beside its figure. A page
-without a text layer (a scan) or a raster page has no structure to read: it becomes one whole-page `text` region,
-as with the `page` backend, so recognition still sees all of it.
+booktabs-style tables; pictures from placed images and from clusters of drawings (less the panels text sits on,
+layout_backdrops.py), with the labels printed around them (axes with numbered ticks make a chart); display formulas
+with their equation numbers (layout_formulas.py); running headers, footers and page numbers, decided over the whole
+document (layout_furniture.py); and the other text blocks labelled by font size, weight and place (titles, headings,
+footnotes, captions). An XY-cut orders them, columns first, with each equation number after its formula and each
+caption beside its figure. A page without a text layer (a scan) or a raster page has no structure to read: it
+becomes one whole-page `text` region, as with the `page` backend, so recognition still sees all of it.
 
 Everything is decided on the rendered image's pixels, i.e. the page as displayed, so rotation and crop box are
 already applied when "top", "horizontal rule" or "column" are judged.
@@ -25,6 +25,7 @@ from itertools import pairwise
 import pymupdf
 
 from pipeline.documents.ingest import SourcePage
+from pipeline.documents.layout_backdrops import without_backdrops
 from pipeline.documents.layout_contract import BBox, DetectedRegion
 from pipeline.documents.layout_formulas import split_formulas
 from pipeline.documents.layout_furniture import Band, band_of, document_furniture
@@ -296,9 +297,10 @@ def _figures(pdf_page: pymupdf.Page, drawings: list[dict], page: RenderedPage, b
     A cluster mostly covered by text is a frame around text (keep the text); one with a little text on it
     (axis labels, say) is a picture.
     """
+    lines = [line for block in blocks for line in block]
+    drawings = without_backdrops(drawings, [line.bbox for line in lines if not _is_label(line, body_size)], page)
     if not drawings:
         return []
-    lines = [line for block in blocks for line in block]
     figures = []
     for rect in pdf_page.cluster_drawings(drawings=drawings):
         box = on_image(page, tuple(rect))
@@ -314,8 +316,7 @@ def _figures(pdf_page: pymupdf.Page, drawings: list[dict], page: RenderedPage, b
 def _with_labels(box: BBox, blocks: list[list[Line]], body_size: float, page: RenderedPage) -> BBox:
     """The drawing's box grown over the blocks of short lines beside it (tick values, axis titles, a legend), and
     over labels beside those. Captions, headings and prose stay text."""
-    labels = [block for block in blocks if all(len(line.text) <= _LABEL_CHARS and line.size <= 1.1 * body_size
-                                               and not _CAPTION.match(line.text) for line in block)]
+    labels = [block for block in blocks if all(_is_label(line, body_size) for line in block)]
     grown = True
     while grown:
         grown = False
@@ -326,6 +327,11 @@ def _with_labels(box: BBox, blocks: list[list[Line]], body_size: float, page: Re
             if dx <= reach and dy <= reach and not _contains(box, block_box):
                 box, grown = union([box, block_box]), True
     return box
+
+
+def _is_label(line: Line, body_size: float) -> bool:
+    """Short, no larger than body text and no caption: what a picture prints on or around itself."""
+    return len(line.text) <= _LABEL_CHARS and line.size <= 1.1 * body_size and not _CAPTION.match(line.text)
 
 
 def _contains(outer: BBox, inner: BBox) -> bool:

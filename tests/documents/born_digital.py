@@ -124,6 +124,24 @@ def vector_plot() -> bytes:
     return pdf.tobytes()
 
 
+def text_on_a_panel(chart: bool = False) -> bytes:
+    """A page whose only text sits on a drawn panel (a filled rectangle inset from the edges, as slides and posters
+    have): a title and a paragraph; with `chart`, a framed bar chart with numbered ticks on the panel below them."""
+    pdf = pymupdf.open()
+    page = pdf.new_page(width=WIDTH, height=HEIGHT)
+    page.draw_rect(pymupdf.Rect(50, 60, WIDTH - 50, 700), color=None, fill=(0.85, 0.9, 1.0))
+    text(page, LEFT, 110, "A Poster Title", size=20)
+    below = paragraph(page, 130)
+    if chart:
+        page.draw_rect(pymupdf.Rect(120, below + 20, 420, below + 220), color=(0, 0, 0))
+        for i, height in enumerate((60, 120, 90, 150)):
+            page.draw_rect(pymupdf.Rect(150 + 60 * i, below + 220 - height, 190 + 60 * i, below + 220), color=None,
+                           fill=(0.2, 0.3, 0.8))
+        for i in range(3):
+            text(page, 100, below + 224 - 75 * i, str(50 * i), size=8)
+    return pdf.tobytes()
+
+
 def display_formulas() -> bytes:
     """A page with prose, a centred display formula numbered (1) at the right margin, a paragraph whose second line
     is mostly inline math, and a second, unnumbered display formula, then prose again."""

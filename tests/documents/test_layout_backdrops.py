@@ -1,0 +1,30 @@
+"""Drawn panels and frames behind text: the text on them is the page's text, not the labels of a picture."""
+
+from __future__ import annotations
+
+from pipeline.documents.assemble import page_markdown
+from pipeline.documents.ingest import Limits
+from pipeline.documents.layout_pdf import PdfLayout
+from pipeline.documents.process import ProcessOptions
+from pipeline.documents.stream import process_document
+from tests.documents.answers import Answers
+from tests.documents.born_digital import text_on_a_panel
+
+DPI = 100
+
+
+def test_a_page_whose_only_text_sits_on_a_drawn_panel_is_text():
+    result = process_document(text_on_a_panel(), "panel.pdf", Answers(), PdfLayout(), ProcessOptions(Limits(dpi=DPI)))
+    page = result.pages[0]
+    assert [region.label for region in page.regions] == ["doc_title", "text"]
+    markdown = page_markdown(page)
+    assert markdown.startswith("# A Poster Title\n\nBody text of the page")
+    assert "image" not in markdown
+
+
+def test_a_chart_drawn_on_the_panel_stays_a_chart_beside_the_text():
+    result = process_document(text_on_a_panel(chart=True), "panel.pdf", Answers(), PdfLayout(),
+                              ProcessOptions(Limits(dpi=DPI)))
+    page = result.pages[0]
+    assert [region.label for region in page.regions] == ["doc_title", "text", "chart"]
+    assert page.regions[2].content.text.split() == ["100", "50", "0"]  # its tick labels, and no more
