@@ -6,7 +6,8 @@ small margin so glyphs touching the detected box are not clipped. On born-digita
 the model altogether when the PDF's own text layer explains everything visible in it: that is exact (no OCR
 errors) and free. It is only trusted when it is clearly complete: no image under the region (a scan with an OCR
 layer goes to the model), no unmapped glyphs, and nearly all dark pixels of the region inside the text layer's
-word boxes (text drawn as curves, figures and white-on-dark text all fail that test and go to the model).
+word boxes (text drawn as curves, figures and white-on-dark text all fail that test and go to the model). The
+pixels are the page's own, seen through highlights and other text markup (page_ink.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pymupdf
 from PIL import Image
 
 from pipeline.documents.layout_contract import BBox, DetectedRegion
+from pipeline.documents.page_ink import page_grey
 from pipeline.documents.render import RenderedPage
 
 TextLayerMode = Literal["auto", "off"]
@@ -110,7 +112,7 @@ class _TextLayer:
 
     def __init__(self, page: RenderedPage, pdf_page: pymupdf.Page) -> None:
         self.page = page
-        self.grey = np.asarray(page.image.convert("L"))
+        self.grey = page_grey(page, pdf_page)
         self.images = [pymupdf.Rect(info["bbox"]) for info in pdf_page.get_image_info()]
         if pdf_page.rotation:
             self.words = reading_order(pdf_page.get_text("words"), pdf_page.rotation_matrix)

@@ -142,6 +142,23 @@ def text_on_a_panel(chart: bool = False) -> bytes:
     return pdf.tobytes()
 
 
+def highlighted() -> bytes:
+    """A heading and a paragraph, each with a phrase under a highlight annotation whose appearance paints opaquely
+    (blend mode Normal, as some producers write it, where PyMuPDF's own multiplies): a viewer that draws the
+    appearance as written, as MuPDF does, shows a yellow bar where the words are."""
+    pdf = pymupdf.open()
+    page = pdf.new_page(width=WIDTH, height=HEIGHT)
+    text(page, LEFT, 60, "Highlighted Heading", size=12, font="hebo")
+    paragraph(page, 80)
+    for phrase in ("Highlighted Heading", "set in ten point type"):
+        annot = page.add_highlight_annot(page.search_for(phrase, quads=True)[0])
+        annot.set_colors(stroke=(1.0, 0.9, 0.2))
+        annot.update()
+        appearance = int(pdf.xref_get_key(annot.xref, "AP/N")[1].split()[0])
+        pdf.xref_set_key(appearance, "Resources/ExtGState/H/BM", "/Normal")
+    return pdf.tobytes()
+
+
 def display_formulas() -> bytes:
     """A page with prose, a centred display formula numbered (1) at the right margin, a paragraph whose second line
     is mostly inline math, and a second, unnumbered display formula, then prose again."""
