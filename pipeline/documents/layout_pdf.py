@@ -32,6 +32,7 @@ from pipeline.documents.layout_furniture import Band, band_of, document_furnitur
 from pipeline.documents.layout_geometry import area, center_inside, distance, middle_y, mostly_inside, next_to, union
 from pipeline.documents.layout_order import xy_cut_order
 from pipeline.documents.layout_page import PageLayout
+from pipeline.documents.layout_plots import holds_plot
 from pipeline.documents.layout_text import Line, on_image, text_blocks
 from pipeline.documents.render import RenderedPage
 
@@ -165,11 +166,13 @@ def _page_number(line: Line, everything: list[Line], page: RenderedPage) -> bool
 
 def _graphics(pdf_page: pymupdf.Page, page: RenderedPage, blocks: list[list[Line]],
               body_size: float) -> tuple[list[BBox], list[_Found]]:
-    """The page's tables and its pictures (placed images, drawn figures and charts) outside them."""
+    """The page's tables (ruled areas without plotted data) and its pictures (placed images, drawn figures and
+    charts) outside them."""
     lines = [line for block in blocks for line in block]
     drawings = pdf_page.get_drawings()
     tables = _grid_tables(pdf_page, drawings, page, lines)
     tables += [box for box in _rule_tables(drawings, page, lines) if not mostly_inside(box, tables)]
+    tables = [box for box in tables if not holds_plot(box, drawings, page)]
     pictures = [_Found(box, "image") for box in _images(pdf_page, page)]
     pictures += _figures(pdf_page, drawings, page, blocks, body_size)
     return tables, [found for found in pictures if not mostly_inside(found.bbox, tables)]

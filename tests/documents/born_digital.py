@@ -159,6 +159,38 @@ def highlighted() -> bytes:
     return pdf.tobytes()
 
 
+def plot_with_words_inside(legend_in_a_row: bool) -> bytes:
+    """A line chart on a coarse ruled grid (4 × 3 cells, numbered ticks outside), words inside the plot and a caption
+    below, between paragraphs: either a label at a point in most cells (a ruled grid with words in its cells) or
+    a legend of two entries side by side (a row of several cells between two horizontal rules of one width)."""
+    pdf = pymupdf.open()
+    page = pdf.new_page(width=WIDTH, height=HEIGHT)
+    below = paragraph(page, 80)
+    x0, y0, x1, y1 = 130, below + 30, 470, below + 250
+    shape = page.new_shape()
+    for i in range(5):
+        shape.draw_line((x0 + i * 85, y0), (x0 + i * 85, y1))
+        text(page, x0 + i * 85 - 4, y1 + 14, str(i * 2), size=8)
+    for i in range(4):
+        shape.draw_line((x0, y1 - i * 220 / 3), (x1, y1 - i * 220 / 3))
+        text(page, x0 - 22, y1 - i * 220 / 3 + 3, f"{i * 0.5:.1f}", size=8)
+    shape.finish(color=(0.6, 0.6, 0.6), width=0.5)
+    for colour, phase in (((0.1, 0.3, 0.8), 0.0), ((0.8, 0.2, 0.1), 1.3)):
+        shape.draw_polyline([pymupdf.Point(x0 + t * (x1 - x0) / 60, y1 - (0.5 + 0.4 * math.sin(t / 6 + phase)) * 220)
+                             for t in range(61)])
+        shape.finish(color=colour, width=1.2, closePath=False)
+    shape.commit()
+    if legend_in_a_row:
+        text(page, x0 + 10, y0 + 16, "Messung A", size=8)
+        text(page, x0 + 100, y0 + 16, "Messung B", size=8)
+    else:
+        for i, (column, row) in enumerate([(0, 0), (1, 1), (2, 2), (3, 0)]):
+            text(page, x0 + 8 + column * 85, y0 + 14 + row * 220 / 3, f"Punkt {i}", size=8)
+    text(page, LEFT, y1 + 52, "Abbildung 4: Zwei Messreihen.")
+    paragraph(page, y1 + 68)
+    return pdf.tobytes()
+
+
 def display_formulas() -> bytes:
     """A page with prose, a centred display formula numbered (1) at the right margin, a paragraph whose second line
     is mostly inline math, and a second, unnumbered display formula, then prose again."""
