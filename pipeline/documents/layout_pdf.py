@@ -28,6 +28,7 @@ from pipeline.documents.ingest import SourcePage
 from pipeline.documents.layout_backdrops import without_backdrops
 from pipeline.documents.layout_contract import BBox, DetectedRegion
 from pipeline.documents.layout_formulas import split_formulas
+from pipeline.documents.layout_fragments import join_inset_blocks
 from pipeline.documents.layout_furniture import Band, band_of, document_furniture
 from pipeline.documents.layout_geometry import area, center_inside, distance, middle_y, mostly_inside, next_to, union
 from pipeline.documents.layout_order import xy_cut_order
@@ -102,6 +103,7 @@ class PdfLayout:
         blocks, body_size = text_blocks(pdf_page, page)
         if not blocks:
             return PageLayout().detect(page, source)
+        blocks = join_inset_blocks(blocks)
         running, blocks = _running_lines(blocks, page, source)  # never a table's cell or a figure's label
         tables, pictures = _graphics(pdf_page, page, blocks, body_size)
         containers = tables + [found.bbox for found in pictures]

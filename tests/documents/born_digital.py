@@ -191,6 +191,17 @@ def plot_with_words_inside(legend_in_a_row: bool) -> bytes:
     return pdf.tobytes()
 
 
+def subscript_after_its_paragraph() -> bytes:
+    """A paragraph whose first "x" carries the subscript "max", written after the paragraph (as a producer may emit
+    a line's small glyphs last), so PyMuPDF makes the subscript a text block of its own inside the paragraph's."""
+    pdf = pymupdf.open()
+    page = pdf.new_page(width=WIDTH, height=HEIGHT)
+    paragraph(page, 100, "The measured value x  of the first sample is larger than all the others. " * 6)
+    after_x = page.search_for("x  of")[0]
+    text(page, after_x.x0 + 6, after_x.y1 - 1, "max", size=6)
+    return pdf.tobytes()
+
+
 def display_formulas() -> bytes:
     """A page with prose, a centred display formula numbered (1) at the right margin, a paragraph whose second line
     is mostly inline math, and a second, unnumbered display formula, then prose again."""
