@@ -202,6 +202,23 @@ def subscript_after_its_paragraph() -> bytes:
     return pdf.tobytes()
 
 
+def formulas_in_pieces() -> bytes:
+    """Prose, a sum numbered (2) whose limits ("n" above the ∑, "i=1" below) PyMuPDF gives as blocks of their own,
+    a fraction whose denominator "2" is another, then prose again."""
+    pdf = pymupdf.open()
+    page = _with_math_font(pdf.new_page(width=WIDTH, height=HEIGHT))
+    top = paragraph(page, 80) + 24
+    text(page, 230, top, "f(x) = ∑ aᵢ xⁱ + ∫ g(t) dt", size=11, font=MATH_FONT)
+    text(page, 268, top - 12, "n", size=7, font=MATH_FONT)
+    text(page, 264, top + 9, "i=1", size=7, font=MATH_FONT)
+    text(page, WIDTH - LEFT - 14, top, "(2)")
+    text(page, 230, top + 34, "α + β", size=11, font=MATH_FONT)
+    page.draw_line((228, top + 38), (262, top + 38))
+    text(page, 242, top + 49, "2", size=11, font=MATH_FONT)
+    paragraph(page, top + 64)
+    return pdf.tobytes()
+
+
 def display_formulas() -> bytes:
     """A page with prose, a centred display formula numbered (1) at the right margin, a paragraph whose second line
     is mostly inline math, and a second, unnumbered display formula, then prose again."""
