@@ -21,6 +21,7 @@ import pymupdf
 from PIL import Image
 
 from pipeline.documents.layout_contract import BBox, DetectedRegion
+from pipeline.documents.layout_geometry import intersection, middle_y
 from pipeline.documents.page_ink import page_grey
 from pipeline.documents.render import RenderedPage
 
@@ -128,7 +129,9 @@ class _TextLayer:
         text = join_words(words) if words else ""
         if not text or not _readable(text):
             return None
-        return text if self._ink_coverage(bbox, words) >= min_coverage else None
+        if self._ink_coverage(bbox, words) >= min_coverage:
+            return text
+        return text if self._ink_coverage(bbox, words + self._lines_beside(bbox)) >= min_coverage else None
 
     def printed_on(self, bbox: BBox) -> str | None:
         """The text-layer words on a picture, or None when it has none (a photo, or an unreadable font).
@@ -144,6 +147,12 @@ class _TextLayer:
         split (MuPDF's own clip works per character)."""
         return [word for word in self.words
                 if clip.contains(pymupdf.Point((word[0] + word[2]) / 2, (word[1] + word[3]) / 2))]
+
+    def _lines_beside(self, bbox: BBox) -> list[tuple]:
+        """Words of the lines above and below whose edges the box takes in (their middles lie outside its height, as
+        displayed): their ink is theirs, read in their own regions. A word cut at the box's side is not one."""
+        boxes = ((word, self.page.to_pixels(word[:4])) for word in self.words)
+        return [word for word, box in boxes if intersection(box, bbox) > 0 and not bbox[1] <= middle_y(box) <= bbox[3]]
 
     def _ink_coverage(self, bbox: BBox, words: list[tuple]) -> float:
         """Share of the region's dark pixels inside the (padded) word boxes; 0 for a region with no ink."""
