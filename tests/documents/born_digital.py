@@ -124,12 +124,14 @@ def vector_plot() -> bytes:
     return pdf.tobytes()
 
 
-def text_on_a_panel(chart: bool = False) -> bytes:
+def text_on_a_panel(chart: bool = False, rounded: bool = False) -> bytes:
     """A page whose only text sits on a drawn panel (a filled rectangle inset from the edges, as slides and posters
-    have): a title and a paragraph; with `chart`, a framed bar chart with numbered ticks on the panel below them."""
+    have; with `rounded`, its corners are curves): a title and a paragraph; with `chart`, a framed bar chart with
+    numbered ticks on the panel below them."""
     pdf = pymupdf.open()
     page = pdf.new_page(width=WIDTH, height=HEIGHT)
-    page.draw_rect(pymupdf.Rect(50, 60, WIDTH - 50, 700), color=None, fill=(0.85, 0.9, 1.0))
+    page.draw_rect(pymupdf.Rect(50, 60, WIDTH - 50, 700), color=None, fill=(0.85, 0.9, 1.0),
+                   radius=0.05 if rounded else None)
     text(page, LEFT, 110, "A Poster Title", size=20)
     below = paragraph(page, 130)
     if chart:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pipeline.documents.assemble import page_markdown
 from pipeline.documents.ingest import Limits
 from pipeline.documents.layout_pdf import PdfLayout
@@ -13,8 +15,10 @@ from tests.documents.born_digital import text_on_a_panel
 DPI = 100
 
 
-def test_a_page_whose_only_text_sits_on_a_drawn_panel_is_text():
-    result = process_document(text_on_a_panel(), "panel.pdf", Answers(), PdfLayout(), ProcessOptions(Limits(dpi=DPI)))
+@pytest.mark.parametrize("rounded", [False, True])
+def test_a_page_whose_only_text_sits_on_a_drawn_panel_is_text(rounded: bool):
+    result = process_document(text_on_a_panel(rounded=rounded), "panel.pdf", Answers(), PdfLayout(),
+                              ProcessOptions(Limits(dpi=DPI)))
     page = result.pages[0]
     assert [region.label for region in page.regions] == ["doc_title", "text"]
     markdown = page_markdown(page)
