@@ -94,7 +94,10 @@ def crop(page: RenderedPage, box: tuple[int, int, int, int]) -> Image.Image:
 def prepare_regions(page: RenderedPage, regions: list[DetectedRegion], options: RegionOptions,
                     pdf_page: pymupdf.Page | None = None) -> list[PreparedRegion]:
     """Task, crop box and (for born-digital text on a PDF page, when enabled) text-layer text for each region."""
-    reader = _TextLayer(page, pdf_page) if pdf_page is not None and options.text_layer == "auto" else None
+    reader = None
+    if pdf_page is not None and options.text_layer == "auto":
+        reader = _TextLayer(page, pdf_page, [region.bbox for region in regions
+                                             if task_for(region.label, options) == "ocr"])
     prepared = []
     for region in regions:
         task = task_for(region.label, options)
@@ -111,8 +114,9 @@ def prepare_regions(page: RenderedPage, regions: list[DetectedRegion], options: 
 class _TextLayer:
     """A PDF page's text layer, read region by region against its rendered image."""
 
-    def __init__(self, page: RenderedPage, pdf_page: pymupdf.Page) -> None:
+    def __init__(self, page: RenderedPage, pdf_page: pymupdf.Page, text_boxes: list[BBox]) -> None:
         self.page = page
+        self.clips = [pymupdf.Rect(page.to_points(box)) for box in text_boxes]  # the regions it reads text for
         self.grey = page_grey(page, pdf_page)
         self.images = [pymupdf.Rect(info["bbox"]) for info in pdf_page.get_image_info()]
         if pdf_page.rotation:
@@ -126,7 +130,8 @@ class _TextLayer:
         if clip.is_empty or any(_overlap(image, clip) > _MAX_IMAGE_OVERLAP for image in self.images):
             return None
         words = self._words(clip)
-        text = join_words(words) if words else ""
+        own = [word for word in words if self._holds_most(clip, word)]
+        text = join_words(own) if own else ""
         if not text or not _readable(text):
             return None
         if self._ink_coverage(bbox, words) >= min_coverage:
@@ -147,6 +152,14 @@ class _TextLayer:
         split (MuPDF's own clip works per character)."""
         return [word for word in self.words
                 if clip.contains(pymupdf.Point((word[0] + word[2]) / 2, (word[1] + word[3]) / 2))]
+
+    def _holds_most(self, clip: pymupdf.Rect, word: tuple) -> bool:
+        """Whether of the text regions whose boxes hold the word's middle, this one holds most of the word (the
+        first in reading order on a tie): where boxes overlap, as a subscript hanging into the next line's box
+        makes them, the word is read once, not in both. Its ink still counts as explained in either."""
+        box = pymupdf.Rect(word[:4])
+        holders = [other for other in self.clips if other.contains((box.tl + box.br) / 2)]
+        return max(holders, key=lambda other: (box & other).get_area(), default=clip) == clip
 
     def _lines_beside(self, bbox: BBox) -> list[tuple]:
         """Words of the lines above and below whose edges the box takes in (their middles lie outside its height, as
