@@ -7,7 +7,8 @@ the model altogether when the PDF's own text layer explains everything visible i
 errors) and free. It is only trusted when it is clearly complete: no image under the region (a scan with an OCR
 layer goes to the model), no unmapped glyphs, and nearly all dark pixels of the region inside the text layer's
 word boxes (text drawn as curves, figures and white-on-dark text all fail that test and go to the model). The
-pixels are the page's own, seen through highlights and other text markup (page_ink.py).
+pixels are the page's own, seen through highlights and other text markup (page_ink.py). Each word is read once,
+by the text region that holds most of it, however their boxes overlap.
 """
 
 from __future__ import annotations
