@@ -107,13 +107,24 @@ class PdfLayout:
         running, blocks = _running_lines(blocks, page, source)  # never a table's cell or a figure's label
         tables, pictures = _graphics(pdf_page, page, blocks, body_size)
         containers = tables + [found.bbox for found in pictures]
-        blocks = [kept for block in blocks if (kept := [line for line in block
-                                                        if not center_inside(line.bbox, containers)])]
+        blocks = _left_as_text(blocks, tables, containers, body_size)
         formulas, runs = split_formulas(blocks, page)
         found = running + [_Found(formula.bbox, "display_formula", _Found(formula.number, "formula_number")
                                   if formula.number else None) for formula in formulas]
         found += _label_texts([_Text(tuple(run)) for run in runs], body_size, page, source.index, containers)
         return _ordered(found + [_Found(box, "table") for box in tables] + pictures, page)
+
+
+def _left_as_text(blocks: list[list[Line]], tables: list[BBox], containers: list[BBox],
+                  body_size: float) -> list[list[Line]]:
+    """The blocks less the lines that tables and pictures took: any line in a table, and on a picture the lines of
+    blocks that are all labels. A block with prose on a picture (a map's note, a poster's paragraph) stays text."""
+    kept_blocks = []
+    for block in blocks:
+        taken = tables if any(not _is_label(line, body_size) for line in block) else containers
+        if kept := [line for line in block if not center_inside(line.bbox, taken)]:
+            kept_blocks.append(kept)
+    return kept_blocks
 
 
 # --- page furniture --------------------------------------------------------------------------------------------

@@ -140,26 +140,26 @@ class _TextLayer:
         return text if self._ink_coverage(bbox, words + self._lines_beside(bbox)) >= min_coverage else None
 
     def printed_on(self, bbox: BBox) -> str | None:
-        """The text-layer words on a picture, or None when it has none (a photo, or an unreadable font).
+        """The text-layer words on a picture, or None when it has none (a photo, or an unreadable font); words that
+        a text region on it reads (a paragraph set over a drawing) are that region's, not the picture's.
 
         No ink test here: a picture's ink is its drawing, which no word box covers."""
         clip = pymupdf.Rect(self.page.to_points(bbox))
-        words = self._words(clip) if not clip.is_empty else []
+        words = [word for word in self._words(clip) if not any(other.contains(_middle(word)) for other in self.clips)]
         text = join_words(words) if words else ""
         return text if text and _readable(text) else None
 
     def _words(self, clip: pymupdf.Rect) -> list[tuple]:
         """The words whose centre lies in `clip`: a line cut by two neighbouring boxes is read once and no word is
         split (MuPDF's own clip works per character)."""
-        return [word for word in self.words
-                if clip.contains(pymupdf.Point((word[0] + word[2]) / 2, (word[1] + word[3]) / 2))]
+        return [word for word in self.words if clip.contains(_middle(word))]
 
     def _holds_most(self, clip: pymupdf.Rect, word: tuple) -> bool:
         """Whether of the text regions whose boxes hold the word's middle, this one holds most of the word (the
         first in reading order on a tie): where boxes overlap, as a subscript hanging into the next line's box
         makes them, the word is read once, not in both. Its ink still counts as explained in either."""
         box = pymupdf.Rect(word[:4])
-        holders = [other for other in self.clips if other.contains((box.tl + box.br) / 2)]
+        holders = [other for other in self.clips if other.contains(_middle(word))]
         return max(holders, key=lambda other: (box & other).get_area(), default=clip) == clip
 
     def _lines_beside(self, bbox: BBox) -> list[tuple]:
@@ -233,6 +233,10 @@ def reading_order(words: list[tuple], to_display: pymupdf.Matrix, tolerance: flo
         row, top, bottom = [(box, line)], box.y0, box.y1
     ordered.extend(word for _, each in sorted(row, key=lambda item: item[0].x0) for word in each)
     return ordered
+
+
+def _middle(word: tuple) -> pymupdf.Point:
+    return pymupdf.Point((word[0] + word[2]) / 2, (word[1] + word[3]) / 2)
 
 
 def _union_of(words: list[tuple]) -> tuple[float, float, float, float]:

@@ -144,6 +144,24 @@ def text_on_a_panel(chart: bool = False, rounded: bool = False) -> bytes:
     return pdf.tobytes()
 
 
+def prose_on_a_drawing() -> bytes:
+    """A page whose only text sits on a line drawing (unfilled waves and circles, as a map or a diagram is drawn,
+    over most of the page): a title, a paragraph and a short label "Nordufer"."""
+    pdf = pymupdf.open()
+    page = pdf.new_page(width=WIDTH, height=HEIGHT)
+    shape = page.new_shape()
+    for row in range(12):
+        shape.draw_polyline([pymupdf.Point(60 + 8 * t, 120 + 45 * row + 10 * math.sin(t / 3)) for t in range(60)])
+    for center in ((150, 300), (420, 520), (300, 650)):
+        shape.draw_circle(center, 40)
+    shape.finish(color=(0.3, 0.5, 0.3), width=0.8, closePath=False)
+    shape.commit()
+    text(page, LEFT, 100, "Karte der Uferzonen", size=20)
+    paragraph(page, 130)
+    text(page, 380, 420, "Nordufer", size=9)
+    return pdf.tobytes()
+
+
 def highlighted() -> bytes:
     """A heading and a paragraph, each with a phrase under a highlight annotation whose appearance paints opaquely
     (blend mode Normal, as some producers write it, where PyMuPDF's own multiplies): a viewer that draws the

@@ -1,4 +1,4 @@
-"""Drawn panels and frames behind text: the text on them is the page's text, not the labels of a picture."""
+"""Drawn panels, frames and figures behind text: prose on them is the page's text, not the labels of a picture."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pipeline.documents.layout_pdf import PdfLayout
 from pipeline.documents.process import ProcessOptions
 from pipeline.documents.stream import process_document
 from tests.documents.answers import Answers
-from tests.documents.born_digital import text_on_a_panel
+from tests.documents.born_digital import prose_on_a_drawing, text_on_a_panel
 
 DPI = 100
 
@@ -32,3 +32,11 @@ def test_a_chart_drawn_on_the_panel_stays_a_chart_beside_the_text():
     page = result.pages[0]
     assert [region.label for region in page.regions] == ["doc_title", "text", "chart"]
     assert page.regions[2].content.text.split() == ["100", "50", "0"]  # its tick labels, and no more
+
+
+def test_prose_on_a_line_drawing_is_text_and_only_the_drawing_s_labels_are_its_words():
+    result = process_document(prose_on_a_drawing(), "map.pdf", Answers(), PdfLayout(), ProcessOptions(Limits(dpi=DPI)))
+    regions = {region.label: region for region in result.pages[0].regions}
+    assert sorted(regions) == ["doc_title", "image", "text"]
+    assert regions["text"].content.text.startswith("Body text of the page")
+    assert regions["image"].content.text == "Nordufer"
