@@ -1,14 +1,14 @@
 """Display formulas on a born-digital page: math lines set apart from the text, with their equation numbers.
 
-A display formula is a row (the lines of a block that share a height: a formula's sub- and superscripts are lines
-of their own in PyMuPDF) that is mostly math, in math fonts or math symbols, and set apart from the text around
-it: indented or centred in its column, or with more space above and below than between the lines of a paragraph.
+A display formula is a row (the lines of a block that share a height: a formula's sub- and superscripts are lines of
+their own in PyMuPDF) that is mostly math, in math fonts or math symbols, and set apart from the text around it:
+indented or centred in its column, or with more space above and below than between the lines of a paragraph.
 Consecutive such rows (a fraction's numerator and denominator, an aligned system) are one formula, and so are the
-short pieces without prose right above or below it (a limit, a lone denominator) however PyMuPDF split them off
-into blocks of their own: nothing of a formula is left behind as text. Math inside a
-line of prose is neither: the line starts at the column's edge with normal spacing and stays text, so the text
-layer keeps serving it. An equation number — "(3)", "(2.1a)" — an em or more away at either end of a formula's
-row is cut off as the formula's `formula_number`, so the formula goes to the model without it and Markdown tags it.
+short pieces without prose right above or below it (a limit, a lone denominator) however PyMuPDF split them off into
+blocks of their own: nothing of a formula is left behind as text. Math inside a line of prose is neither: the line
+starts at the column's edge with normal spacing and stays text, so the text layer keeps serving it. An equation
+number — "(3)", "(2.1a)" — an em or more away at either end of a formula's row is cut off as the formula's
+`formula_number`, so the formula goes to the model without it and Markdown tags it.
 """
 
 from __future__ import annotations
@@ -196,7 +196,6 @@ def _formula_beside(line: Line, formulas: list[Formula]) -> int | None:
         if formula.number is None and beside and formula.bbox[1] <= middle <= formula.bbox[3]:
             return index
     return None
-
 
 
 def _with_pieces(formulas: list[Formula], runs: list[list[Line]],

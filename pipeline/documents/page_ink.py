@@ -28,8 +28,10 @@ def page_grey(page: RenderedPage, pdf_page: pymupdf.Page) -> np.ndarray:
         return grey
     plain = _without_annotations(page, pdf_page)
     grey = grey.copy()
+    height, width = min(grey.shape[0], plain.shape[0]), min(grey.shape[1], plain.shape[1])  # a rounding apart
     for x0, y0, x1, y1 in marks:
-        area = (slice(max(0, math.floor(y0)), math.ceil(y1)), slice(max(0, math.floor(x0)), math.ceil(x1)))
+        area = (slice(max(0, math.floor(y0)), min(height, math.ceil(y1))),
+                slice(max(0, math.floor(x0)), min(width, math.ceil(x1))))
         grey[area] = plain[area]
     return grey
 
