@@ -117,7 +117,7 @@ class _TextLayer:
 
     def __init__(self, page: RenderedPage, pdf_page: pymupdf.Page, text_boxes: list[BBox]) -> None:
         self.page = page
-        self.clips = [pymupdf.Rect(page.to_points(box)) for box in text_boxes]  # the regions it reads text for
+        self.clips = [page.to_points(box) for box in text_boxes]  # the text regions, in page points
         self.grey = page_grey(page, pdf_page)
         self.images = [pymupdf.Rect(info["bbox"]) for info in pdf_page.get_image_info()]
         if pdf_page.rotation:
@@ -131,7 +131,7 @@ class _TextLayer:
         if clip.is_empty or any(_overlap(image, clip) > _MAX_IMAGE_OVERLAP for image in self.images):
             return None
         words = self._words(clip)
-        own = [word for word in words if self._holds_most(clip, word)]
+        own = [word for word in words if self._holds_most(self.page.to_points(bbox), word)]
         text = join_words(own) if own else ""
         if not text or not _readable(text):
             return None
@@ -145,22 +145,22 @@ class _TextLayer:
 
         No ink test here: a picture's ink is its drawing, which no word box covers."""
         clip = pymupdf.Rect(self.page.to_points(bbox))
-        words = [word for word in self._words(clip) if not any(other.contains(_middle(word)) for other in self.clips)]
+        words = [word for word in self._words(clip) if not any(_holds(other, word) for other in self.clips)]
         text = join_words(words) if words else ""
         return text if text and _readable(text) else None
 
     def _words(self, clip: pymupdf.Rect) -> list[tuple]:
         """The words whose centre lies in `clip`: a line cut by two neighbouring boxes is read once and no word is
         split (MuPDF's own clip works per character)."""
-        return [word for word in self.words if clip.contains(_middle(word))]
+        box = tuple(clip)
+        return [word for word in self.words if _holds(box, word)]
 
-    def _holds_most(self, clip: pymupdf.Rect, word: tuple) -> bool:
+    def _holds_most(self, clip: BBox, word: tuple) -> bool:
         """Whether of the text regions whose boxes hold the word's middle, this one holds most of the word (the
         first in reading order on a tie): where boxes overlap, as a subscript hanging into the next line's box
         makes them, the word is read once, not in both. Its ink still counts as explained in either."""
-        box = pymupdf.Rect(word[:4])
-        holders = [other for other in self.clips if other.contains(_middle(word))]
-        return max(holders, key=lambda other: (box & other).get_area(), default=clip) == clip
+        holders = [other for other in self.clips if _holds(other, word)]
+        return max(holders, key=lambda other: intersection(word[:4], other), default=clip) == clip
 
     def _lines_beside(self, bbox: BBox) -> list[tuple]:
         """Words of the lines above and below whose edges the box takes in (their middles lie outside its height, as
@@ -235,8 +235,10 @@ def reading_order(words: list[tuple], to_display: pymupdf.Matrix, tolerance: flo
     return ordered
 
 
-def _middle(word: tuple) -> pymupdf.Point:
-    return pymupdf.Point((word[0] + word[2]) / 2, (word[1] + word[3]) / 2)
+def _holds(box: BBox, word: tuple) -> bool:
+    """Whether the word's middle lies in `box` (page points; half-open, as MuPDF's own test of a point in a rect)."""
+    x, y = (word[0] + word[2]) / 2, (word[1] + word[3]) / 2
+    return box[0] <= x < box[2] and box[1] <= y < box[3]
 
 
 def _union_of(words: list[tuple]) -> tuple[float, float, float, float]:
