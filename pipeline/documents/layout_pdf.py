@@ -118,10 +118,10 @@ class PdfLayout:
 def _left_as_text(blocks: list[list[Line]], tables: list[BBox], containers: list[BBox],
                   body_size: float) -> list[list[Line]]:
     """The blocks less the lines that tables and pictures took: any line in a table, and on a picture the lines of
-    blocks that are all labels. A block with prose on a picture (a map's note, a poster's paragraph) stays text."""
+    other blocks than prose. A paragraph or a title set on a picture (a map's note, a poster's text) stays text."""
     kept_blocks = []
     for block in blocks:
-        taken = tables if any(not _is_label(line, body_size) for line in block) else containers
+        taken = tables if _reads_as_prose(block, body_size) else containers
         if kept := [line for line in block if not center_inside(line.bbox, taken)]:
             kept_blocks.append(kept)
     return kept_blocks
@@ -343,6 +343,13 @@ def _with_labels(box: BBox, blocks: list[list[Line]], body_size: float, page: Re
             if dx <= reach and dy <= reach and not _contains(box, block_box):
                 box, grown = union([box, block_box]), True
     return box
+
+
+def _reads_as_prose(block: list[Line], body_size: float) -> bool:
+    """Two lines or more that no picture prints as labels, or a line set larger than body text: a paragraph or a
+    title, where a long legend entry or an annotation on a chart is one line."""
+    return sum(not _is_label(line, body_size) for line in block) >= 2 or any(line.size > 1.1 * body_size
+                                                                            for line in block)
 
 
 def _is_label(line: Line, body_size: float) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pymupdf
 import pytest
 
 from pipeline.documents.assemble import page_markdown
@@ -10,7 +11,7 @@ from pipeline.documents.layout_pdf import PdfLayout
 from pipeline.documents.process import ProcessOptions
 from pipeline.documents.stream import process_document
 from tests.documents.answers import Answers
-from tests.documents.born_digital import prose_on_a_drawing, text_on_a_panel
+from tests.documents.born_digital import prose_on_a_drawing, text_on_a_panel, vector_plot
 
 DPI = 100
 
@@ -40,3 +41,13 @@ def test_prose_on_a_line_drawing_is_text_and_only_the_drawing_s_labels_are_its_w
     assert sorted(regions) == ["doc_title", "image", "text"]
     assert regions["text"].content.text.startswith("Body text of the page")
     assert regions["image"].content.text == "Nordufer"
+
+
+def test_one_long_legend_entry_on_a_chart_stays_one_of_its_labels():
+    pdf = pymupdf.open(stream=vector_plot())
+    legend = pdf[0].search_for("Messung B")[0]
+    pdf[0].insert_text((legend.x0 - 60, legend.y1 + 12), "Messung C (gleitender Mittelwert)", fontsize=8)
+    result = process_document(pdf.tobytes(), "plot.pdf", Answers(), PdfLayout(), ProcessOptions(Limits(dpi=DPI)))
+    regions = result.pages[0].regions
+    assert [region.label for region in regions] == ["text", "chart", "figure_title", "text"]
+    assert "Messung C (gleitender Mittelwert)" in regions[1].content.text
