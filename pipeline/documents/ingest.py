@@ -174,19 +174,34 @@ def _open_pdf(data: bytes, password: str | None) -> tuple[pymupdf.Document, int]
                 raise DocumentError("encrypted", "PDF is encrypted and needs a password")
             if not pdf.authenticate(password):
                 raise DocumentError("encrypted", "PDF is encrypted and the password given does not open it")
-        try:
-            page_count = pdf.page_count
-        except Exception as exc:
-            raise DocumentError("corrupt", f"PDF page tree cannot be read: {exc}") from exc
-        if page_count == 0:
-            # A repaired file with no pages left is broken (e.g. truncated), not a well-formed empty document.
-            if pdf.is_repaired:
-                raise DocumentError("corrupt", "PDF is damaged (truncated?) and no page could be recovered")
-            raise DocumentError("empty", "PDF has no pages")
+        page_count = _page_count(pdf)
     except DocumentError:
         pdf.close()
         raise
     return pdf, page_count
+
+
+def _page_count(pdf: pymupdf.Document) -> int:
+    """The page count, after rebuilding the xref from the file's objects when the one MuPDF read shows no pages.
+
+    A linearized file's catalog may be named only in its first-page trailer; when its last `startxref` points at
+    the main section, whose trailer has no /Root, MuPDF reads a valid xref without a catalog and sees no pages,
+    repairing nothing. Its repair (the scan it runs on a broken xref) finds the catalog, as other readers do.
+    """
+    try:
+        page_count = pdf.page_count
+        damaged = pdf.is_repaired
+        if page_count == 0 and not damaged:
+            pymupdf.mupdf.pdf_repair_xref(pymupdf.mupdf.pdf_document_from_fz_document(pdf.this))
+            page_count = pdf.page_count
+    except Exception as exc:
+        raise DocumentError("corrupt", f"PDF page tree cannot be read: {exc}") from exc
+    if page_count == 0:
+        # A file MuPDF had to repair with no pages left is broken (e.g. truncated), not an empty document.
+        if damaged:
+            raise DocumentError("corrupt", "PDF is damaged (truncated?) and no page could be recovered")
+        raise DocumentError("empty", "PDF has no pages")
+    return page_count
 
 
 def _open_raster(data: bytes, media_type: str) -> tuple[Image.Image, int]:

@@ -1,12 +1,14 @@
 """Display formulas on a born-digital page: math lines set apart from the text, with their equation numbers.
 
-A display formula is a row (the lines of a block that share a height: a formula's sub- and superscripts are lines
-of their own in PyMuPDF) that is mostly math, in math fonts or math symbols, and set apart from the text around
-it: indented or centred in its column, or with more space above and below than between the lines of a paragraph.
-Consecutive such rows (a fraction's numerator and denominator, an aligned system) are one formula. Math inside a
-line of prose is neither: the line starts at the column's edge with normal spacing and stays text, so the text
-layer keeps serving it. An equation number — "(3)", "(2.1a)" — an em or more away at either end of a formula's
-row is cut off as the formula's `formula_number`, so the formula goes to the model without it and Markdown tags it.
+A display formula is a row (the lines of a block that share a height: a formula's sub- and superscripts are lines of
+their own in PyMuPDF) that is mostly math, in math fonts or math symbols, and set apart from the text around it:
+indented or centred in its column, or with more space above and below than between the lines of a paragraph.
+Consecutive such rows (a fraction's numerator and denominator, an aligned system) are one formula, and so are the
+short pieces without prose right above or below it (a limit, a lone denominator) however PyMuPDF split them off into
+blocks of their own: nothing of a formula is left behind as text. Math inside a line of prose is neither: the line
+starts at the column's edge with normal spacing and stays text, so the text layer keeps serving it. An equation
+number — "(3)", "(2.1a)" — an em or more away at either end of a formula's row is cut off as the formula's
+`formula_number`, so the formula goes to the model without it and Markdown tags it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ _MIN_MATH = 2  # characters of math a formula row holds at least
 _MIN_MATH_SHARE = 0.4  # of its math and prose characters ("x ∈ A für alle x ∈ X" is a formula, at 0.46)
 _INDENT_EM = 1.5  # a set-apart row keeps this far from both edges of its column (a paragraph indent is ~1 em)
 _SPACE_EM = 0.6  # or has this much space above and below it (paragraph lines touch, or nearly)
+_PIECE_CHARS = 12  # a formula's piece in a block of its own (a limit, an index, a denominator) is this short
+_PIECE_REACH_EM = 1.0  # ... and this close above or below the formula, in ems of its own size
 _WINDOW_SHARE = 0.25  # the column around a row: lines overlapping it horizontally within this share of the page
 
 
@@ -57,7 +61,8 @@ def split_formulas(blocks: list[list[Line]], page: RenderedPage) -> tuple[list[F
         found, left = _split_block(block, everything, page)
         formulas += found
         runs += left
-    return _number_strays(_merge_stacked(formulas, page), runs)
+    formulas, runs = _number_strays(_merge_stacked(formulas, page), runs)
+    return _with_pieces(formulas, runs, page)
 
 
 def _split_block(block: list[Line], everything: list[Line],
@@ -192,3 +197,36 @@ def _formula_beside(line: Line, formulas: list[Formula]) -> int | None:
             return index
     return None
 
+
+def _with_pieces(formulas: list[Formula], runs: list[list[Line]],
+                 page: RenderedPage) -> tuple[list[Formula], list[list[Line]]]:
+    """Runs that are pieces of a formula join it: a sum's limits or a fraction's denominator that PyMuPDF gave a
+    block of their own, short and without prose, right above or below a formula and within its width. A piece
+    joined may bring the next one in reach (a limit over a limit), so this repeats until nothing joins."""
+    formulas, runs = list(formulas), list(runs)
+    joined = True
+    while joined:
+        joined = False
+        for run in runs:
+            target = _formula_of_piece(run, formulas, page)
+            if target is not None:
+                formulas[target] = replace(formulas[target], bbox=union([formulas[target].bbox,
+                                                                         *(line.bbox for line in run)]))
+                runs.remove(run)
+                joined = True
+                break
+    return formulas, runs
+
+
+def _formula_of_piece(run: list[Line], formulas: list[Formula], page: RenderedPage) -> int | None:
+    """The index of the formula `run` is a piece of, if it is one."""
+    if any(len(line.text) > _PIECE_CHARS or math_weight(line.spans)[1] for line in run):
+        return None
+    box = union(line.bbox for line in run)
+    reach = _PIECE_REACH_EM * max(line.size for line in run) * page.scale
+    middle_x = (box[0] + box[2]) / 2
+    for index, formula in enumerate(formulas):
+        gap = max(formula.bbox[1] - box[3], box[1] - formula.bbox[3])
+        if formula.bbox[0] <= middle_x <= formula.bbox[2] and gap <= reach:
+            return index
+    return None

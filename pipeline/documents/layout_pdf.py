@@ -2,14 +2,14 @@
 
 PyMuPDF already knows where a page's text, images and vector drawings are. This turns them into regions in
 PP-DocLayout's vocabulary: tables from ruled grids whose cells hold words and from the horizontal rules of
-booktabs-style tables; pictures from placed images and from clusters of drawings, with the labels printed around
-them (axes with numbered ticks make a chart); display formulas with their equation numbers (layout_formulas.py);
-running headers, footers and page numbers, decided over the whole document (layout_furniture.py); and the other
-text blocks, cut and joined into paragraphs (layout_paragraphs.py), labelled by font size, weight and place
-(titles, headings, footnotes, captions). An XY-cut orders
-them, columns first, with each equation number after its formula and each caption beside its figure. A page
-without a text layer (a scan) or a raster page has no structure to read: it becomes one whole-page `text` region,
-as with the `page` backend, so recognition still sees all of it.
+booktabs-style tables; pictures from placed images and from clusters of drawings (less the panels text sits on,
+layout_backdrops.py), with the labels printed around them (axes with numbered ticks make a chart); display formulas
+with their equation numbers (layout_formulas.py); running headers, footers and page numbers, decided over the whole
+document (layout_furniture.py); and the other text blocks, cut and joined into paragraphs (layout_paragraphs.py),
+labelled by font size, weight and place (titles, headings, footnotes, captions). An XY-cut orders them, columns
+first, with each equation number after its formula and each caption beside its figure. A page without a text layer
+(a scan) or a raster page has no structure to read: it becomes one whole-page `text` region, as with the `page`
+backend, so recognition still sees all of it.
 
 Everything is decided on the rendered image's pixels, i.e. the page as displayed, so rotation and crop box are
 already applied when "top", "horizontal rule" or "column" are judged.
@@ -26,13 +26,16 @@ from itertools import pairwise
 import pymupdf
 
 from pipeline.documents.ingest import SourcePage
+from pipeline.documents.layout_backdrops import without_backdrops
 from pipeline.documents.layout_contract import BBox, DetectedRegion
 from pipeline.documents.layout_formulas import split_formulas
+from pipeline.documents.layout_fragments import join_inset_blocks
 from pipeline.documents.layout_furniture import Band, band_of, document_furniture
 from pipeline.documents.layout_geometry import area, center_inside, distance, middle_y, mostly_inside, next_to, union
 from pipeline.documents.layout_order import xy_cut_order
 from pipeline.documents.layout_page import PageLayout
 from pipeline.documents.layout_paragraphs import paragraphs
+from pipeline.documents.layout_plots import holds_plot
 from pipeline.documents.layout_text import Line, on_image, text_blocks
 from pipeline.documents.render import RenderedPage
 
@@ -102,17 +105,29 @@ class PdfLayout:
         blocks, body_size = text_blocks(pdf_page, page)
         if not blocks:
             return PageLayout().detect(page, source)
+        blocks = join_inset_blocks(blocks)
         running, blocks = _running_lines(blocks, page, source)  # never a table's cell or a figure's label
         tables, pictures = _graphics(pdf_page, page, blocks, body_size)
         containers = tables + [found.bbox for found in pictures]
-        blocks = [kept for block in blocks if (kept := [line for line in block
-                                                        if not center_inside(line.bbox, containers)])]
+        blocks = _left_as_text(blocks, tables, containers, body_size)
         formulas, runs = split_formulas(blocks, page)
         found = running + [_Found(formula.bbox, "display_formula", _Found(formula.number, "formula_number")
                                   if formula.number else None) for formula in formulas]
         found += _label_texts([_Text(tuple(run)) for run in paragraphs(runs, page)], body_size, page, source.index,
                               containers)
         return _ordered(found + [_Found(box, "table") for box in tables] + pictures, page)
+
+
+def _left_as_text(blocks: list[list[Line]], tables: list[BBox], containers: list[BBox],
+                  body_size: float) -> list[list[Line]]:
+    """The blocks less the lines that tables and pictures took: any line in a table, and on a picture the lines of
+    other blocks than prose. A paragraph or a title set on a picture (a map's note, a poster's text) stays text."""
+    kept_blocks = []
+    for block in blocks:
+        taken = tables if _reads_as_prose(block, body_size) else containers
+        if kept := [line for line in block if not center_inside(line.bbox, taken)]:
+            kept_blocks.append(kept)
+    return kept_blocks
 
 
 # --- page furniture --------------------------------------------------------------------------------------------
@@ -167,11 +182,13 @@ def _page_number(line: Line, everything: list[Line], page: RenderedPage) -> bool
 
 def _graphics(pdf_page: pymupdf.Page, page: RenderedPage, blocks: list[list[Line]],
               body_size: float) -> tuple[list[BBox], list[_Found]]:
-    """The page's tables and its pictures (placed images, drawn figures and charts) outside them."""
+    """The page's tables (ruled areas without plotted data) and its pictures (placed images, drawn figures and
+    charts) outside them."""
     lines = [line for block in blocks for line in block]
     drawings = pdf_page.get_drawings()
     tables = _grid_tables(pdf_page, drawings, page, lines)
     tables += [box for box in _rule_tables(drawings, page, lines) if not mostly_inside(box, tables)]
+    tables = [box for box in tables if not holds_plot(box, drawings, page)]
     pictures = [_Found(box, "image") for box in _images(pdf_page, page)]
     pictures += _figures(pdf_page, drawings, page, blocks, body_size)
     return tables, [found for found in pictures if not mostly_inside(found.bbox, tables)]
@@ -299,9 +316,10 @@ def _figures(pdf_page: pymupdf.Page, drawings: list[dict], page: RenderedPage, b
     A cluster mostly covered by text is a frame around text (keep the text); one with a little text on it
     (axis labels, say) is a picture.
     """
+    lines = [line for block in blocks for line in block]
+    drawings = without_backdrops(drawings, [line.bbox for line in lines if not _is_label(line, body_size)], page)
     if not drawings:
         return []
-    lines = [line for block in blocks for line in block]
     figures = []
     for rect in pdf_page.cluster_drawings(drawings=drawings):
         box = on_image(page, tuple(rect))
@@ -317,8 +335,7 @@ def _figures(pdf_page: pymupdf.Page, drawings: list[dict], page: RenderedPage, b
 def _with_labels(box: BBox, blocks: list[list[Line]], body_size: float, page: RenderedPage) -> BBox:
     """The drawing's box grown over the blocks of short lines beside it (tick values, axis titles, a legend), and
     over labels beside those. Captions, headings and prose stay text."""
-    labels = [block for block in blocks if all(len(line.text) <= _LABEL_CHARS and line.size <= 1.1 * body_size
-                                               and not _CAPTION.match(line.text) for line in block)]
+    labels = [block for block in blocks if all(_is_label(line, body_size) for line in block)]
     grown = True
     while grown:
         grown = False
@@ -329,6 +346,18 @@ def _with_labels(box: BBox, blocks: list[list[Line]], body_size: float, page: Re
             if dx <= reach and dy <= reach and not _contains(box, block_box):
                 box, grown = union([box, block_box]), True
     return box
+
+
+def _reads_as_prose(block: list[Line], body_size: float) -> bool:
+    """Two lines or more that no picture prints as labels, or a line set larger than body text: a paragraph or a
+    title, where a long legend entry or an annotation on a chart is one line."""
+    return sum(not _is_label(line, body_size) for line in block) >= 2 or any(line.size > 1.1 * body_size
+                                                                            for line in block)
+
+
+def _is_label(line: Line, body_size: float) -> bool:
+    """Short, no larger than body text and no caption: what a picture prints on or around itself."""
+    return len(line.text) <= _LABEL_CHARS and line.size <= 1.1 * body_size and not _CAPTION.match(line.text)
 
 
 def _contains(outer: BBox, inner: BBox) -> bool:

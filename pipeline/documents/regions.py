@@ -6,7 +6,9 @@ small margin so glyphs touching the detected box are not clipped. On born-digita
 the model altogether when the PDF's own text layer explains everything visible in it: that is exact (no OCR
 errors) and free. It is only trusted when it is clearly complete: no image under the region (a scan with an OCR
 layer goes to the model), no unmapped glyphs, and nearly all dark pixels of the region inside the text layer's
-word boxes (text drawn as curves, figures and white-on-dark text all fail that test and go to the model).
+word boxes (text drawn as curves, figures and white-on-dark text all fail that test and go to the model). The
+pixels are the page's own, seen through highlights and other text markup (page_ink.py). Each word is read once,
+by the text region that holds most of it, however their boxes overlap.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ import pymupdf
 from PIL import Image
 
 from pipeline.documents.layout_contract import BBox, DetectedRegion
+from pipeline.documents.layout_geometry import intersection, middle_y
 from pipeline.documents.layout_text import WORD_FLAGS
+from pipeline.documents.page_ink import page_grey
 from pipeline.documents.render import RenderedPage
 
 TextLayerMode = Literal["auto", "off"]
@@ -92,7 +96,10 @@ def crop(page: RenderedPage, box: tuple[int, int, int, int]) -> Image.Image:
 def prepare_regions(page: RenderedPage, regions: list[DetectedRegion], options: RegionOptions,
                     pdf_page: pymupdf.Page | None = None) -> list[PreparedRegion]:
     """Task, crop box and (for born-digital text on a PDF page, when enabled) text-layer text for each region."""
-    reader = _TextLayer(page, pdf_page) if pdf_page is not None and options.text_layer == "auto" else None
+    reader = None
+    if pdf_page is not None and options.text_layer == "auto":
+        reader = _TextLayer(page, pdf_page, [region.bbox for region in regions
+                                             if task_for(region.label, options) == "ocr"])
     prepared = []
     for region in regions:
         task = task_for(region.label, options)
@@ -109,9 +116,10 @@ def prepare_regions(page: RenderedPage, regions: list[DetectedRegion], options: 
 class _TextLayer:
     """A PDF page's text layer, read region by region against its rendered image."""
 
-    def __init__(self, page: RenderedPage, pdf_page: pymupdf.Page) -> None:
+    def __init__(self, page: RenderedPage, pdf_page: pymupdf.Page, text_boxes: list[BBox]) -> None:
         self.page = page
-        self.grey = np.asarray(page.image.convert("L"))
+        self.clips = [page.to_points(box) for box in text_boxes]  # the text regions, in page points
+        self.grey = page_grey(page, pdf_page)
         self.images = [pymupdf.Rect(info["bbox"]) for info in pdf_page.get_image_info()]
         self.to_display = pdf_page.rotation_matrix
         if pdf_page.rotation:
@@ -125,25 +133,42 @@ class _TextLayer:
         if clip.is_empty or any(_overlap(image, clip) > _MAX_IMAGE_OVERLAP for image in self.images):
             return None
         words = self._words(clip)
-        text = join_words(words, self.to_display) if words else ""
+        own = [word for word in words if self._holds_most(self.page.to_points(bbox), word)]
+        text = join_words(own, self.to_display) if own else ""
         if not text or not _readable(text):
             return None
-        return text if self._ink_coverage(bbox, words) >= min_coverage else None
+        if self._ink_coverage(bbox, words) >= min_coverage:
+            return text
+        return text if self._ink_coverage(bbox, words + self._lines_beside(bbox)) >= min_coverage else None
 
     def printed_on(self, bbox: BBox) -> str | None:
-        """The text-layer words on a picture, or None when it has none (a photo, or an unreadable font).
+        """The text-layer words on a picture, or None when it has none (a photo, or an unreadable font); words that
+        a text region on it reads (a paragraph set over a drawing) are that region's, not the picture's.
 
         No ink test here: a picture's ink is its drawing, which no word box covers."""
         clip = pymupdf.Rect(self.page.to_points(bbox))
-        words = self._words(clip) if not clip.is_empty else []
+        words = [word for word in self._words(clip) if not any(_holds(other, word) for other in self.clips)]
         text = join_words(words, self.to_display) if words else ""
         return text if text and _readable(text) else None
 
     def _words(self, clip: pymupdf.Rect) -> list[tuple]:
         """The words whose centre lies in `clip`: a line cut by two neighbouring boxes is read once and no word is
         split (MuPDF's own clip works per character)."""
-        return [word for word in self.words
-                if clip.contains(pymupdf.Point((word[0] + word[2]) / 2, (word[1] + word[3]) / 2))]
+        box = tuple(clip)
+        return [word for word in self.words if _holds(box, word)]
+
+    def _holds_most(self, clip: BBox, word: tuple) -> bool:
+        """Whether of the text regions whose boxes hold the word's middle, this one holds most of the word (the
+        first in reading order on a tie): where boxes overlap, as a subscript hanging into the next line's box
+        makes them, the word is read once, not in both. Its ink still counts as explained in either."""
+        holders = [other for other in self.clips if _holds(other, word)]
+        return max(holders, key=lambda other: intersection(word[:4], other), default=clip) == clip
+
+    def _lines_beside(self, bbox: BBox) -> list[tuple]:
+        """Words of the lines above and below whose edges the box takes in (their middles lie outside its height, as
+        displayed): their ink is theirs, read in their own regions. A word cut at the box's side is not one."""
+        boxes = ((word, self.page.to_pixels(word[:4])) for word in self.words)
+        return [word for word, box in boxes if intersection(box, bbox) > 0 and not bbox[1] <= middle_y(box) <= bbox[3]]
 
     def _ink_coverage(self, bbox: BBox, words: list[tuple]) -> float:
         """Share of the region's dark pixels inside the (padded) word boxes; 0 for a region with no ink."""
@@ -220,6 +245,12 @@ def reading_order(words: list[tuple], to_display: pymupdf.Matrix, tolerance: flo
         row, top, bottom = [(box, line)], box.y0, box.y1
     ordered.extend(word for _, each in sorted(row, key=lambda item: item[0].x0) for word in each)
     return ordered
+
+
+def _holds(box: BBox, word: tuple) -> bool:
+    """Whether the word's middle lies in `box` (page points; half-open, as MuPDF's own test of a point in a rect)."""
+    x, y = (word[0] + word[2]) / 2, (word[1] + word[3]) / 2
+    return box[0] <= x < box[2] and box[1] <= y < box[3]
 
 
 def _union_of(words: list[tuple]) -> tuple[float, float, float, float]:

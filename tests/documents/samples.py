@@ -53,6 +53,39 @@ def build_pdf(pages: list[str], extra_objects: dict[int, str] | None = None) -> 
     return bytes(out)
 
 
+def linearized_pdf(text: str) -> bytes:
+    """A one-page linearized PDF whose catalog only its first-page trailer names, read from the wrong end.
+
+    A linearized file opens with a short cross-reference section whose trailer holds /Root and /Prev, the main
+    section at the end has only /Size; readers start from the last `startxref`. Here, as some tools leave such a
+    file after rewriting its tail, that last `startxref` points at the main section, so a reader following it finds
+    an xref without a catalog and nothing telling it to read the first section.
+    """
+    content = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode("latin-1")
+    bodies = {
+        2: b"<< /Type /Catalog /Pages 3 0 R >>",
+        3: b"<< /Type /Pages /Kids [4 0 R] /Count 1 >>",
+        4: b"<< /Type /Page /Parent 3 0 R /MediaBox [0 0 612 792] /Contents 5 0 R"
+           b" /Resources << /Font << /F1 6 0 R >> >> >>",
+        5: f"<< /Length {len(content)} >>\nstream\n".encode() + content + b"\nendstream",
+        6: b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    }
+    head = b"%PDF-1.5\n%\xe2\xe3\xcf\xd3\n"
+    linearization = b"1 0 obj\n<< /Linearized 1 /O 4 /N 1 >>\nendobj\n"
+    first_xref = len(head) + len(linearization)
+    section_bytes = len(b"xref\n1 6\n") + 6 * 20
+    trailer = "trailer\n<< /Size 7 /Root 2 0 R /Prev {:010d} >>\nstartxref\n0\n%%EOF\n"
+    offset = first_xref + section_bytes + len(trailer.format(0))
+    objects, offsets = bytearray(), {1: len(head)}
+    for num, body in bodies.items():
+        offsets[num] = offset + len(objects)
+        objects += f"{num} 0 obj\n".encode() + body + b"\nendobj\n"
+    main_xref = offset + len(objects)
+    section = b"xref\n1 6\n" + b"".join(f"{offsets[num]:010d} 00000 n \n".encode() for num in range(1, 7))
+    tail = f"xref\n0 1\n0000000000 65535 f \ntrailer\n<< /Size 7 >>\nstartxref\n{main_xref}\n%%EOF\n".encode()
+    return head + linearization + section + trailer.format(main_xref).encode() + bytes(objects) + tail
+
+
 def letter_pages(n: int) -> bytes:
     """A PDF of `n` blank US-letter pages, written directly (PyMuPDF's new_page takes ~2 ms a page)."""
     return build_pdf(["/MediaBox [0 0 612 792]"] * n)

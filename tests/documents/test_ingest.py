@@ -25,6 +25,7 @@ from tests.documents.samples import (
     corpus_bytes,
     image_bytes,
     letter_pages,
+    linearized_pdf,
     png_header,
     tiff_pages,
 )
@@ -135,6 +136,14 @@ def test_zero_page_pdf_is_empty():
     data = build_pdf([])
     assert pymupdf.open(stream=data, filetype="pdf").page_count == 0  # well formed, as MuPDF sees it
     assert error_code(data) == "empty"
+
+
+def test_linearized_pdf_read_from_its_main_xref_opens_with_its_pages():
+    data = linearized_pdf("Read from the first trailer")
+    assert pymupdf.open(stream=data, filetype="pdf").page_count == 0  # MuPDF follows the last startxref only
+    with ingest(data, Limits()) as document:
+        assert document.page_count == 1
+        assert "Read from the first trailer" in document.load_page(0).get_text()
 
 
 def test_zero_bytes_are_empty():

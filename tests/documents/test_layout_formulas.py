@@ -15,7 +15,7 @@ from pipeline.documents.process import ProcessOptions
 from pipeline.documents.render import RenderedPage, render_page
 from pipeline.documents.stream import process_document
 from tests.documents.answers import Answers
-from tests.documents.born_digital import FORMULA, SECOND_FORMULA, display_formulas
+from tests.documents.born_digital import FORMULA, SECOND_FORMULA, display_formulas, formulas_in_pieces
 
 DPI = 100
 
@@ -34,6 +34,13 @@ def test_a_displayed_formula_is_a_formula_region_with_its_equation_number_after_
                                              "text"]
     assert found[1:3] == [("display_formula", FORMULA), ("formula_number", "(1)")]
     assert found[4] == ("display_formula", SECOND_FORMULA)
+
+
+def test_the_pieces_of_a_formula_in_blocks_of_their_own_are_part_of_it():
+    found = regions_and_words(formulas_in_pieces())
+    assert [label for label, _ in found] == ["text", "display_formula", "formula_number", "display_formula", "text"]
+    assert "n" in found[1][1].split() and "i=1" in found[1][1].split()  # the sum's limits
+    assert found[3][1].split()[-1] == "2"  # the fraction's denominator
 
 
 def test_inline_math_in_a_line_of_prose_stays_text():

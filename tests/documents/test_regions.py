@@ -132,6 +132,31 @@ def test_a_word_cut_by_a_box_edge_belongs_to_the_box_holding_its_centre():
     assert texts[1] is None  # the tail of "quire" is ink its own words do not explain: the model reads it
 
 
+def test_a_box_taking_in_the_foot_of_the_line_above_still_reads_its_own_line_from_the_text_layer():
+    def two_lines(page):
+        page.insert_text((20, 40), "Some text above", fontsize=14)
+        page.insert_text((20, 54), "Another line below", fontsize=14)
+
+    page, pdf_page = _pdf_page(two_lines)
+    [item] = prepare_regions(page, [DetectedRegion((10, 35, 200, 60), "text", 0.9, 0)], DEFAULTS, pdf_page)
+    assert item.text == "Another line below"  # the glyph feet above are their own words' ink, read in their region
+
+
+def test_a_subscript_whose_middle_two_regions_hold_is_read_once_by_the_one_holding_more_of_it():
+    def tight_lines(page):
+        page.insert_text((20, 40), "the value of x", fontsize=12)
+        page.insert_text((95, 44), "max", fontsize=8)  # its middle lies in the next line's box too, as in TeX
+        page.insert_text((20, 53), "Next paragraph", fontsize=12)
+
+    page, pdf_page = _pdf_page(tight_lines)
+    above, below = ([word[:4] for word in pdf_page.get_text("words") if word[4] in words] for words in
+                    (("the", "max"), ("Next", "paragraph")))
+    regions = [DetectedRegion((above[0][0], above[0][1], above[1][2], above[1][3]), "text", 1.0, 0),
+               DetectedRegion((below[0][0], below[0][1], below[1][2], below[1][3]), "text", 1.0, 1)]
+    assert [item.text for item in prepare_regions(page, regions, DEFAULTS, pdf_page)] == [
+        "the value of x max", "Next paragraph"]
+
+
 def test_a_real_latex_page_region_reads_its_paragraph_from_the_text_layer():
     document = ingest(corpus_bytes("pdflatex-4-pages.pdf"), Limits(dpi=72))
     source = next(document.pages())
