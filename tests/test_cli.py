@@ -138,6 +138,7 @@ def test_process_takes_a_directory_skips_finished_inputs_and_reports_bad_ones(tm
 
     first = _quire(*args, cache=tmp_path)
     assert first.returncode == 1, first.stderr  # one input failed
+    assert f"{inbox}: 1 other file left alone: notes.txt" in first.stderr.splitlines()
     assert sorted(p.name for p in out.iterdir()) == ["letter.json", "letter.md", "letter.pages", "report.json"]
     failed = json.loads((out / "report.json").read_text())
     assert (failed["status"], failed["error"]["code"]) == ("failed", "unsupported_format")
@@ -469,3 +470,59 @@ def test_a_broken_model_is_an_error_though_the_text_layers_regions_are_still_wri
     assert done.returncode == 2 and "Traceback" not in done.stderr and str(broken) in done.stderr
     [region] = json.loads((out / "grayscale-image.json").read_text())["pages"][0]["regions"]
     assert region["status"] == "skipped" and region["error"]["code"] not in ("model_none", "model_unavailable")
+
+
+# --- mistakes on the command line: one clear line, the documented exit status, never a traceback -----------------
+
+
+def _error_line(done: subprocess.CompletedProcess[str]) -> str:
+    """The command's one line that says what went wrong, after checking there is no traceback and only one."""
+    assert "Traceback" not in done.stderr, done.stderr
+    [line] = [line for line in done.stderr.splitlines() if line.startswith(("error:", "quire process: error:"))]
+    return line
+
+
+def _a_file(tmp_path: Path) -> Path:
+    (tmp_path / "taken").write_text("a file where the output directory would go")
+    return tmp_path / "taken"
+
+
+def _an_empty_directory(tmp_path: Path) -> Path:
+    (tmp_path / "empty").mkdir()
+    return tmp_path / "empty"
+
+
+def _a_directory_of_other_files(tmp_path: Path) -> Path:
+    (tmp_path / "inbox").mkdir()
+    (tmp_path / "inbox" / "notes.txt").write_text("not a document")
+    (tmp_path / "inbox" / "sheet.xlsx").write_bytes(b"PK\x03\x04 not a document either")
+    return tmp_path / "inbox"
+
+
+PDF = str(CORPUS / "minimal-document.pdf")
+MISTAKES = {  # what the command line says: (its arguments in tmp, its exit status, its one line of error)
+    "output is a file": (lambda tmp: ["process", PDF, "-o", str(_a_file(tmp))], 2,
+                         "argument -o/--output: {tmp}/taken exists and is not a directory"),
+    "dpi 0": (lambda tmp: ["process", PDF, "-o", str(tmp), "--dpi", "0"], 2,
+              "argument --dpi: 0 is out of range: 18 to 600"),
+    "dpi 5000": (lambda tmp: ["process", PDF, "-o", str(tmp), "--dpi", "5000"], 2,
+                 "argument --dpi: 5000 is out of range: 18 to 600"),
+    "empty directory": (lambda tmp: ["process", str(_an_empty_directory(tmp)), "-o", str(tmp)], 1,
+                        "error: {tmp}/empty: no PDF, TIFF, PNG, JPEG or WebP file in it"),
+    "directory of other files": (lambda tmp: ["process", str(_a_directory_of_other_files(tmp)), "-o", str(tmp)], 1,
+                                 "error: {tmp}/inbox: no PDF, TIFF, PNG, JPEG or WebP file in it (2 other files "
+                                 "left alone: notes.txt, sheet.xlsx)"),
+    "model path that does not exist": (
+        lambda tmp: ["process", PDF, "-o", str(tmp), "--model", f"{tmp}/no-such-model"], 2,
+        "error: {tmp}/no-such-model: not a checkpoint directory."),
+    "models list of a directory that does not exist": (
+        lambda tmp: ["models", "list", "--dir", f"{tmp}/nowhere"], 2, "error: {tmp}/nowhere: no such directory"),
+}
+
+
+@pytest.mark.parametrize("mistake", MISTAKES)
+def test_a_mistake_on_the_command_line_is_one_line_and_its_exit_status(tmp_path, mistake):
+    arguments, status, message = MISTAKES[mistake]
+    done = _quire(*arguments(tmp_path), cache=tmp_path)
+    assert done.returncode == status, done.stderr
+    assert message.format(tmp=tmp_path) in _error_line(done)

@@ -123,12 +123,19 @@ def expand_inputs(paths: list[Path], recursive: bool = False) -> list[Path]:
     with `recursive` in it and every folder below it, sorted by path."""
     files: list[Path] = []
     for path in paths:
-        if path.is_dir():
-            children = sorted(path.rglob("*")) if recursive else sorted(path.iterdir())
-            files.extend(child for child in children if child.is_file() and _supported(child))
-        else:
-            files.append(path)
+        files.extend(scan_directory(path, recursive)[0] if path.is_dir() else [path])
     return files
+
+
+def scan_directory(directory: Path, recursive: bool = False) -> tuple[list[Path], list[Path]]:
+    """(the supported files, by content, as expand_inputs takes them; the other files it leaves alone), so a caller
+    can say what a directory held when it holds nothing to process."""
+    children = sorted(directory.rglob("*")) if recursive else sorted(directory.iterdir())
+    supported: list[Path] = []
+    others: list[Path] = []
+    for child in (child for child in children if child.is_file()):
+        (supported if _supported(child) else others).append(child)
+    return supported, others
 
 
 def _supported(path: Path) -> bool:
