@@ -53,7 +53,7 @@ class DocumentStatus(BaseModel):
     options: dict[str, Any] = Field(description="the resolved processing options (the password is never shown)")
     progress: Progress
     error: ErrorDetail | None
-    timings: dict[str, float] = Field(description="milliseconds per stage")
+    timings_ms: dict[str, float] = Field(description="wall-clock milliseconds per stage, as the result JSON's")
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
