@@ -179,7 +179,11 @@ def test_process_without_the_weights_skips_the_regions_that_need_them_and_says_h
     done = _quire("process", str(CORPUS / "grayscale-image.pdf"), "-o", str(tmp_path / "out"),
                   "--model", "PaddlePaddle/not-downloaded-here", cache=tmp_path)
     assert done.returncode == 3 and "Traceback" not in done.stderr
-    assert "1 region skipped (model_unavailable)" in done.stderr
+    assert "1 page, partial; layout page (no layout weights, no text layer); 1 region skipped (model_unavailable)" \
+        in done.stderr  # a scan read without a model has no text: not `succeeded`
+    result = json.loads((tmp_path / "out" / "grayscale-image.json").read_text())
+    assert (result["status"], result["model_error"]["code"]) == ("partial", "model_unavailable")
+    assert "PaddlePaddle/not-downloaded-here" in result["model_error"]["message"]
     assert "quire models pull" in done.stderr and "quire demo" in done.stderr
     assert f"--model {tmp_path / 'tiny-checkpoint'}" in done.stderr
 
@@ -392,13 +396,14 @@ def test_model_none_skips_the_regions_that_need_the_model_says_so_and_exits_3(tm
     done = _quire("process", str(sample), "-o", str(out), "--model", "none", cache=tmp_path,
                   QUIRE_LAYOUT_MODEL=str(tmp_path / "no-layout-weights"))
     assert done.returncode == 3, done.stderr
-    assert (f"sample.pdf: 2 pages, succeeded; layout pdf (no layout weights); 2 regions skipped (model_none) → "
+    assert (f"sample.pdf: 2 pages, partial; layout pdf (no layout weights); 2 regions skipped (model_none) → "
             f"{out / 'sample.md'}, {out / 'sample.json'}, {out / 'sample.pages'}/") in done.stderr
     result = json.loads((out / "sample.json").read_text())
     jsonschema.validate(result, load_schema())
     skipped = [r for page in result["pages"] for r in page["regions"] if r["status"] == "skipped"]
     assert [(r["label"], r["error"]["code"]) for r in skipped] == [("table", "model_none"),
                                                                   ("display_formula", "model_none")]
+    assert result["model_error"]["code"] == "model_none" and "model none" in result["model_error"]["message"]
     markdown = (out / "sample.md").read_text()
     assert markdown.startswith("# A sample report") and "<table" not in markdown and "$$" not in markdown
     assert result["model"] is None and result["pages"][0]["layout_reason"] == "no layout weights"

@@ -269,8 +269,9 @@ def _failed_page(source: SourcePage, page: RenderedPage, layout: str, problem: P
 
 
 def document_status(pages: list[PageOutput]) -> DocumentOutcome:
-    """`succeeded` when every page did, `failed` when none did, else `partial`."""
+    """`succeeded` when every page did and no region was skipped for want of a model, `failed` when no page did,
+    else `partial`: a scan read without a model succeeds page by page but holds none of its text."""
     failed = sum(1 for page in pages if page.status == "failed")
-    if failed == 0:
+    if failed == 0 and not any(region.skipped for page in pages for region in page.regions):
         return "succeeded"
     return "failed" if failed == len(pages) else "partial"

@@ -115,6 +115,13 @@ class DocumentOutput:
     model_revision: str | None = None  # the hub commit or weights digest of `model`, once it was loaded
 
     @property
+    def model_error(self) -> Problem | None:
+        """Why regions that need the model were skipped (none asked for, or it could not load): one reason for the
+        whole document, the first skipped region's; None when no region was skipped."""
+        return next((region.error for page in self.pages for region in page.regions
+                     if region.skipped and region.error is not None), None)
+
+    @property
     def markdown(self) -> str:
         """The whole document as Markdown, as NAME.md says it (pictures as comments: no crops are saved)."""
         from pipeline.documents.assemble import document_markdown

@@ -248,7 +248,7 @@ def test_the_engine_recognizer_runs_a_real_tiny_model(tiny_checkpoint: Path):
     jsonschema.validate(document_json(result), load_schema())
 
 
-def test_regions_skipped_for_want_of_a_model_leave_the_page_succeeded_and_the_markdown_clean():
+def test_regions_skipped_for_want_of_a_model_leave_the_page_succeeded_the_document_partial_and_the_markdown_clean():
     def refuse() -> None:
         raise ModelUnavailable("model_none", "no model was asked for")
 
@@ -260,7 +260,8 @@ def test_regions_skipped_for_want_of_a_model_leave_the_page_succeeded_and_the_ma
     title, text, table, formula, image, number = result.pages[0].regions
     assert [r.status for r in (title, table, formula, image)] == ["skipped", "skipped", "skipped", "succeeded"]
     assert (table.error.code, table.source, table.content.text) == ("model_none", "none", None)
-    assert result.status == "succeeded" and result.pages[0].status == "succeeded"
+    assert result.status == "partial" and result.pages[0].status == "succeeded"  # its content is not all there
+    assert result.model_error == table.error  # why, said once for the document
     assert document_markdown(result) == "<!-- image -->\n"
     jsonschema.validate(document_json(result), load_schema())
 
