@@ -108,6 +108,8 @@ class PageResult(BaseModel):
 class Health(BaseModel):
     status: Literal["ok", "unavailable"]
     problems: list[str] = Field(default_factory=list, description="what did not answer, when not ok")
+    notes: list[str] = Field(default_factory=list, description="what runs without harm to readiness: no recognition "
+                                                               "model (its regions are skipped), and why")
 
 
 class DeliveryAttempt(BaseModel):

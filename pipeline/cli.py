@@ -185,7 +185,8 @@ def _process(args: argparse.Namespace) -> int:
     or the recognition model is there but broken, 3 when every input has a result but regions that need the model
     were skipped for want of one (`--model none`, or it is not on this machine)."""
     from .documents.layout_weights import LayoutModelUnavailable
-    from .documents_api import NO_MODEL, DocumentProcessor
+    from .documents.lazy_recognizer import ABSENT, NO_MODEL
+    from .documents_api import DocumentProcessor
     from .engine.model.loader import named_directory
 
     settings = _settings(device=args.device, model=args.model, layout=args.layout, layout_model=args.layout_model,
@@ -204,7 +205,7 @@ def _process(args: argparse.Namespace) -> int:
         return 2
     with processor:
         failed, skipped = _process_all(todo, names, processor, args.output)
-    broken = processor.unavailable is not None and processor.unavailable.code not in ("model_none", "model_unavailable")
+    broken = processor.unavailable is not None and processor.unavailable.code not in ABSENT
     return 2 if broken else 1 if failed or missing else 3 if skipped else 0
 
 
@@ -362,7 +363,9 @@ def _add_service_parsers(commands: argparse._SubParsersAction) -> None:
                     "process. Distributed mode: only the API; run `quire worker` processes beside it.")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
-    serve.add_argument("--model", default=None, help="local directory or hub id (default: QUIRE_MODEL)")
+    serve.add_argument("--model", default=None,
+                       help="local directory or hub id (default: QUIRE_MODEL); `none`, or weights not on this "
+                            "machine: no model, regions that need one are skipped")
     _add_quantization_flag(serve)
     worker = commands.add_parser("worker", help="a Celery worker of the distributed mode (needs QUIRE_BROKER_URL)")
     worker.add_argument("--queues", default="cpu,gpu", help="cpu, gpu or both (default: cpu,gpu)")
@@ -402,8 +405,12 @@ def _serve(args: argparse.Namespace) -> int:
     from workers.embedded import EmbeddedWorkers
     from workers.engine_host import EngineHost
 
+    from .documents.lazy_recognizer import NO_MODEL
+    from .engine.model.loader import named_directory
     from .engine_settings import gpu_threads
 
+    if settings.model != NO_MODEL:  # a typo in a model path stops the service at once (exit 2)
+        named_directory(settings.model)
     host = EngineHost(settings)
     workers = EmbeddedWorkers(settings, host, settings.cpu_threads, gpu_threads(settings))
     try:
@@ -418,9 +425,14 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _load_models(workers: EmbeddedWorkers, host: EngineHost) -> None:
     """Load the layout model, then the engine (whose KV cache takes a share of the GPU memory left), at start
-    rather than on the first page; a model that does not load raises CheckpointError (main reports it)."""
+    rather than on the first page. Without a model (none asked for, or not on this machine) the service runs as
+    `quire process` does, saying so once: regions that need one are skipped with the reason. A model there but
+    broken raises CheckpointError (main reports it: exit 2)."""
     workers.context.preload_layout()
-    host.engine  # noqa: B018 - a property that loads it
+    unavailable = host.load()
+    if unavailable is not None:
+        logging.getLogger("quire").warning(f"{unavailable} Serving without a recognition model: regions that need "
+                                           "one are skipped, with the reason", extra={"code": unavailable.code})
 
 
 def _worker(args: argparse.Namespace) -> int:

@@ -367,8 +367,7 @@ def test_the_embedded_service_loads_the_layout_model_before_the_engine():
     loaded: list[str] = []
 
     class Host:
-        @property
-        def engine(self) -> None:
+        def load(self) -> None:
             loaded.append("engine")
 
     workers = SimpleNamespace(context=SimpleNamespace(preload_layout=lambda: loaded.append("layout")))
