@@ -194,9 +194,9 @@ def _process(args: argparse.Namespace) -> int:
                          recognize_seals=args.seals, quantization=args.quantization)
     if settings.model != NO_MODEL:  # a typo in a model path stops the run at once (exit 2), before any page
         named_directory(settings.model)
-    todo, names, missing = _inputs_to_process(args.inputs, args.output, args.force, args.recursive)
+    todo, names, refused = _inputs_to_process(args.inputs, args.output, args.force, args.recursive)
     if not todo:
-        return 1 if missing else 0
+        return 1 if refused else 0
     try:  # the layout model loads first: the engine sizes its KV cache from the GPU memory it leaves free
         processor = DocumentProcessor(settings, password=args.password, pages=args.pages, max_tokens=args.max_tokens,
                                       page_images=True)
@@ -206,7 +206,7 @@ def _process(args: argparse.Namespace) -> int:
     with processor:
         failed, skipped = _process_all(todo, names, processor, args.output)
     broken = processor.unavailable is not None and processor.unavailable.code not in ABSENT
-    return 2 if broken else 1 if failed or missing else 3 if skipped else 0
+    return 2 if broken else 1 if failed or refused else 3 if skipped else 0
 
 
 def _inputs_to_process(inputs: list[Path], output: Path, force: bool,
@@ -216,14 +216,14 @@ def _inputs_to_process(inputs: list[Path], output: Path, force: bool,
     (unless `force`)."""
     from .documents.outputs import output_names
 
-    missing = [path for path in inputs if not path.exists()]
-    for path in missing:
+    refused = [path for path in inputs if not path.exists()]
+    for path in refused:
         print(f"error: {path}: no such file or directory", file=sys.stderr)
     files: list[Path] = []
     found_in: dict[Path, Path] = {}
     for path in (path for path in inputs if path.exists()):
         found = _scan(path, recursive) if path.is_dir() else [path]
-        missing += [path] if not found else []
+        refused += [] if found else [path]
         files.extend(found)
         found_in.update({file: path for file in found if path.is_dir()})
     names = output_names(files, found_in)
@@ -233,7 +233,7 @@ def _inputs_to_process(inputs: list[Path], output: Path, force: bool,
             print(f"skip {path}: {names[path]}.json exists (--force redoes it)", file=sys.stderr)
         else:
             todo.append(path)
-    return todo, names, len(missing)
+    return todo, names, len(refused)
 
 
 def _scan(directory: Path, recursive: bool) -> list[Path]:

@@ -24,6 +24,8 @@ from pipeline.engine.model.verify import CHECKS
 from pipeline.engine_settings import engine_kwargs, task_max_tokens, weights_scheme
 from pipeline.jobs.model_status import ModelStatus
 
+NONE_ASKED_FOR = ModelStatus(NO_MODEL, "model_none", str(ModelUnavailable.none_asked_for()))
+
 
 class EngineHost:
     """A RecognitionHost (pipeline.jobs.context) on an in-process Engine.
@@ -37,8 +39,7 @@ class EngineHost:
         self.model = None if settings.model == NO_MODEL else settings.model  # None: none asked for (`--model none`)
         self._engine: Engine | None = None
         self._lock = threading.Lock()
-        self._status = ModelStatus(NO_MODEL, "model_none", str(ModelUnavailable.none_asked_for())) \
-            if self.model is None else None
+        self._status = NONE_ASKED_FOR if self.model is None else None
 
     @property
     def revision(self) -> str | None:
@@ -103,8 +104,8 @@ class EngineHost:
         """Whether the checkpoint would load, found without loading it (config, tensor names and shapes from the
         safetensors headers, tokenizer and template: seconds, no memory), so a GPU worker can report a missing or
         broken model at start while its engine still waits for the first region. A loaded engine is its own proof."""
-        if self.model is None:
-            return self._status or ModelStatus(NO_MODEL)
+        if self.model is None:  # nothing to check
+            return NONE_ASKED_FOR
         with self._lock:
             if self._engine is None:
                 self._status = _checked(self.model)
