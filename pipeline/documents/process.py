@@ -118,18 +118,9 @@ def out_of_range(pages: PageRanges, page_count: int) -> Problem:
     return Problem("pages_out_of_range", f"pages {pages.text} asked for; the document has {page_count}")
 
 
-def expand_inputs(paths: list[Path], recursive: bool = False) -> list[Path]:
-    """Files as given; a directory stands for the supported files directly in it (by content), sorted by name, or
-    with `recursive` in it and every folder below it, sorted by path."""
-    files: list[Path] = []
-    for path in paths:
-        files.extend(scan_directory(path, recursive)[0] if path.is_dir() else [path])
-    return files
-
-
 def scan_directory(directory: Path, recursive: bool = False) -> tuple[list[Path], list[Path]]:
-    """(the supported files, by content, as expand_inputs takes them; the other files it leaves alone), so a caller
-    can say what a directory held when it holds nothing to process."""
+    """(the supported files directly in it, by content, sorted by name, or with `recursive` in it and every folder
+    below it, sorted by path; the other files, left alone), so a caller can say what it did not take."""
     children = sorted(directory.rglob("*")) if recursive else sorted(directory.iterdir())
     supported: list[Path] = []
     others: list[Path] = []

@@ -22,7 +22,7 @@ from pipeline.documents.layout_contract import DetectedRegion
 from pipeline.documents.layout_page import PageLayout
 from pipeline.documents.lazy_recognizer import LazyRecognizer, ModelUnavailable
 from pipeline.documents.page_ranges import parse_page_ranges
-from pipeline.documents.process import ProcessOptions, expand_inputs
+from pipeline.documents.process import ProcessOptions, scan_directory
 from pipeline.documents.recognize import EngineRecognizer, Recognition, RecognitionTask
 from pipeline.documents.regions import RegionOptions
 from pipeline.documents.render import RenderedPage
@@ -222,13 +222,12 @@ def test_an_unreadable_file_is_a_failed_document(tmp_path):
     assert (result.status, result.error.code) == ("failed", "unreadable")
 
 
-def test_a_directory_stands_for_its_supported_files_by_content(tmp_path):
+def test_a_directory_stands_for_its_supported_files_by_content_and_the_others_are_set_apart(tmp_path):
     (tmp_path / "b.pdf").write_bytes(corpus_bytes("minimal-document.pdf"))
     (tmp_path / "a.scan").write_bytes(tiff_pages([(10, 10)]))  # supported whatever its name
     (tmp_path / "notes.txt").write_text("not a document")
     (tmp_path / "sub").mkdir()
-    assert expand_inputs([tmp_path]) == [tmp_path / "a.scan", tmp_path / "b.pdf"]
-    assert expand_inputs([tmp_path / "notes.txt"]) == [tmp_path / "notes.txt"]  # named files are kept, to fail
+    assert scan_directory(tmp_path) == ([tmp_path / "a.scan", tmp_path / "b.pdf"], [tmp_path / "notes.txt"])
 
 
 def test_the_engine_recognizer_runs_a_real_tiny_model(tiny_checkpoint: Path):
@@ -283,5 +282,5 @@ def test_a_recursive_scan_finds_the_files_in_folders_below(tmp_path):
     (tmp_path / "sub" / "deeper").mkdir(parents=True)
     (tmp_path / "a.pdf").write_bytes(corpus_bytes("minimal-document.pdf"))
     (tmp_path / "sub" / "deeper" / "b.tiff").write_bytes(tiff_pages([(10, 10)]))
-    assert expand_inputs([tmp_path]) == [tmp_path / "a.pdf"]
-    assert expand_inputs([tmp_path], recursive=True) == [tmp_path / "a.pdf", tmp_path / "sub" / "deeper" / "b.tiff"]
+    assert scan_directory(tmp_path) == ([tmp_path / "a.pdf"], [])
+    assert scan_directory(tmp_path, recursive=True)[0] == [tmp_path / "a.pdf", tmp_path / "sub" / "deeper" / "b.tiff"]
