@@ -53,7 +53,7 @@ class DocumentStatus(BaseModel):
     options: dict[str, Any] = Field(description="the resolved processing options (the password is never shown)")
     progress: Progress
     error: ErrorDetail | None
-    timings: dict[str, float] = Field(description="milliseconds per stage")
+    timings_ms: dict[str, float] = Field(description="wall-clock milliseconds per stage, as the result JSON's")
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -108,6 +108,8 @@ class PageResult(BaseModel):
 class Health(BaseModel):
     status: Literal["ok", "unavailable"]
     problems: list[str] = Field(default_factory=list, description="what did not answer, when not ok")
+    notes: list[str] = Field(default_factory=list, description="what runs without harm to readiness: no recognition "
+                                                               "model (its regions are skipped), and why")
 
 
 class DeliveryAttempt(BaseModel):

@@ -31,7 +31,7 @@ def document_status_view(request: Request, document: Document, regions: tuple[in
         options=shown_options(document.options),
         progress=Progress(pages=Counts(done=document.pages_done, total=document.page_count),
                           regions=Counts(done=regions[0], total=regions[1])),
-        error=_problem(document), timings=dict(document.timings or {}), created_at=document.created_at,
+        error=_problem(document), timings_ms=dict(document.timings or {}), created_at=document.created_at,
         started_at=document.started_at, finished_at=document.finished_at,
         links=DocumentLinks(self=document_url(request, document.id),
                             result_json=str(result.include_query_params(format="json")),

@@ -112,7 +112,7 @@ def _show_tenant(session: Session, args: argparse.Namespace) -> None:
 def _set_tenant(session: Session, args: argparse.Namespace) -> None:
     from .accounts import set_callback_url
 
-    tenant = set_callback_url(session, args.tenant, args.callback_url or None)
+    tenant = set_callback_url(session, args.tenant, args.callback_url or None, get_settings().webhook_allow)
     print(f"tenant {tenant.id}: default callback URL {tenant.callback_url or 'cleared'}")
 
 

@@ -11,15 +11,16 @@ import hashlib
 import hmac
 import re
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from urllib.parse import urlsplit
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from pipeline.db.models import ApiKey, Tenant, utcnow
+from pipeline.webhooks import CallbackRefused, accept_callback_url
 
 KEY_SCHEME = "qk"
 MAX_KEY_LENGTH = 128  # longer than any key this module makes; longer input is not hashed at all
@@ -113,14 +114,16 @@ def key_prefix(key: str) -> str | None:
     return f"{scheme}_{prefix_part}"
 
 
-def set_callback_url(session: Session, tenant_id: str, url: str | None) -> Tenant:
+def set_callback_url(session: Session, tenant_id: str, url: str | None, allow: Sequence[str] = ()) -> Tenant:
     """Set (or, with None, clear) the webhook target the tenant's documents get when their upload names none.
 
-    Only the URL's shape is checked here; whether its host may be called is decided when a webhook is sent."""
+    The URL passes the rule an upload's does (webhooks.accept_callback_url, under `allow`: QUIRE_WEBHOOK_ALLOW), so
+    a default no upload could name is refused here, not found out at the first delivery."""
     if url is not None:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise AccountError(f"callback URL {url!r}: give an absolute http:// or https:// URL")
+        try:
+            accept_callback_url(url, allow)
+        except CallbackRefused as exc:
+            raise AccountError(f"{exc.code}: {exc}") from None
     tenant = get_tenant(session, tenant_id)
     tenant.callback_url = url
     return tenant

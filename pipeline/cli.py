@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .account_commands import add_account_parsers, keys, tenants
-from .config import get_settings
+from .config import DPI_MAX, DPI_MIN, get_settings
 from .logs import configure_logging
 from .model_commands import add_model_parsers, models
 
@@ -117,12 +117,14 @@ def _add_process_parser(commands: argparse._SubParsersAction) -> None:
                     "1 some input failed, 2 layout weights missing or a broken model, 3 regions that need the model "
                     "were skipped (none asked for or here).")
     process.add_argument("inputs", nargs="+", type=Path, metavar="FILE", help="document files or directories")
-    process.add_argument("-o", "--output", type=Path, default=Path("."), help="output directory (default: .)")
+    process.add_argument("-o", "--output", type=_output_directory, default=Path("."),
+                         help="output directory (default: .)")
     process.add_argument("--layout", default=settings.layout, choices=["auto", "pp-doclayout", "pdf", "page"],
                          help="layout backend (default: QUIRE_LAYOUT or auto)")
     process.add_argument("--layout-model", default=None,
                          help="PP-DocLayoutV2/V3 directory or hub id (default: QUIRE_LAYOUT_MODEL)")
-    process.add_argument("--dpi", type=int, default=settings.dpi, help="page rendering resolution (default: 200)")
+    process.add_argument("--dpi", type=_dpi, default=settings.dpi,
+                         help=f"page rendering resolution, {DPI_MIN} to {DPI_MAX} (default: QUIRE_DPI or 200)")
     process.add_argument("--model", default=None,
                          help="local directory or hub id (default: QUIRE_MODEL), loaded when a region needs it; "
                               "`none`: no model, regions that need one are skipped")
@@ -149,6 +151,26 @@ def _add_quantization_flag(parser: argparse.ArgumentParser) -> None:
                              "or none; a checkpoint from `quire models quantize` loads in its own)")
 
 
+def _output_directory(text: str) -> Path:
+    """The output directory, refused at once where a file stands in its way (it is made when the first file is
+    written)."""
+    path = Path(text)
+    blocking = next((part for part in (path, *path.parents) if part.exists()), None)
+    if blocking is not None and not blocking.is_dir():
+        raise argparse.ArgumentTypeError(f"{blocking} exists and is not a directory")
+    return path
+
+
+def _dpi(text: str) -> int:
+    try:
+        dpi = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not DPI_MIN <= dpi <= DPI_MAX:
+        raise argparse.ArgumentTypeError(f"{dpi} is out of range: {DPI_MIN} to {DPI_MAX}")
+    return dpi
+
+
 def _page_ranges(text: str) -> PageRanges:
     from .documents.page_ranges import parse_page_ranges
 
@@ -163,14 +185,18 @@ def _process(args: argparse.Namespace) -> int:
     or the recognition model is there but broken, 3 when every input has a result but regions that need the model
     were skipped for want of one (`--model none`, or it is not on this machine)."""
     from .documents.layout_weights import LayoutModelUnavailable
+    from .documents.lazy_recognizer import ABSENT, NO_MODEL
     from .documents_api import DocumentProcessor
+    from .engine.model.loader import named_directory
 
     settings = _settings(device=args.device, model=args.model, layout=args.layout, layout_model=args.layout_model,
                          dpi=args.dpi, text_layer=args.text_layer, recognize_charts=args.charts,
                          recognize_seals=args.seals, quantization=args.quantization)
-    todo, names, missing = _inputs_to_process(args.inputs, args.output, args.force, args.recursive)
+    if settings.model != NO_MODEL:  # a typo in a model path stops the run at once (exit 2), before any page
+        named_directory(settings.model)
+    todo, names, refused = _inputs_to_process(args.inputs, args.output, args.force, args.recursive)
     if not todo:
-        return 1 if missing else 0
+        return 1 if refused else 0
     try:  # the layout model loads first: the engine sizes its KV cache from the GPU memory it leaves free
         processor = DocumentProcessor(settings, password=args.password, pages=args.pages, max_tokens=args.max_tokens,
                                       page_images=True)
@@ -179,24 +205,25 @@ def _process(args: argparse.Namespace) -> int:
         return 2
     with processor:
         failed, skipped = _process_all(todo, names, processor, args.output)
-    broken = processor.unavailable is not None and processor.unavailable.code not in ("model_none", "model_unavailable")
-    return 2 if broken else 1 if failed or missing else 3 if skipped else 0
+    broken = processor.unavailable is not None and processor.unavailable.code not in ABSENT
+    return 2 if broken else 1 if failed or refused else 3 if skipped else 0
 
 
 def _inputs_to_process(inputs: list[Path], output: Path, force: bool,
                        recursive: bool) -> tuple[list[Path], dict[Path, str], int]:
-    """(files to process, their output NAMEs, how many inputs do not exist). Files named are always processed;
-    files a directory scan finds are skipped, said so, when their NAME.json exists (unless `force`)."""
+    """(files to process, their output NAMEs, how many inputs do not exist or are directories with no document).
+    Files named are always processed; files a directory scan finds are skipped, said so, when their NAME.json exists
+    (unless `force`)."""
     from .documents.outputs import output_names
-    from .documents.process import expand_inputs
 
-    missing = [path for path in inputs if not path.exists()]
-    for path in missing:
+    refused = [path for path in inputs if not path.exists()]
+    for path in refused:
         print(f"error: {path}: no such file or directory", file=sys.stderr)
     files: list[Path] = []
     found_in: dict[Path, Path] = {}
     for path in (path for path in inputs if path.exists()):
-        found = expand_inputs([path], recursive) if path.is_dir() else [path]
+        found = _scan(path, recursive) if path.is_dir() else [path]
+        refused += [] if found else [path]
         files.extend(found)
         found_in.update({file: path for file in found if path.is_dir()})
     names = output_names(files, found_in)
@@ -206,7 +233,27 @@ def _inputs_to_process(inputs: list[Path], output: Path, force: bool,
             print(f"skip {path}: {names[path]}.json exists (--force redoes it)", file=sys.stderr)
         else:
             todo.append(path)
-    return todo, names, len(missing)
+    return todo, names, len(refused)
+
+
+def _scan(directory: Path, recursive: bool) -> list[Path]:
+    """The documents in a directory, after saying which other files it leaves alone, or that it holds none."""
+    from .documents.process import scan_directory
+    from .documents.summary import plural
+
+    found, others = scan_directory(directory, recursive)
+    shown = [str(file.relative_to(directory)) for file in others[:_NAMES_SHOWN]]
+    left = (f"{plural(len(others), 'other file')} left alone: {', '.join(shown)}"
+            f"{', …' if len(others) > _NAMES_SHOWN else ''}") if others else ""
+    if not found:
+        print(f"error: {directory}: no PDF, TIFF, PNG, JPEG or WebP file in it{f' ({left})' if left else ''}",
+              file=sys.stderr)
+    elif left:
+        print(f"{directory}: {left}", file=sys.stderr)
+    return found
+
+
+_NAMES_SHOWN = 5  # of the files a directory scan leaves alone, named on the console
 
 
 def _process_all(todo: list[Path], names: dict[Path, str], processor: DocumentProcessor,
@@ -270,7 +317,7 @@ def _say_model_missing(exc: Exception, command: str) -> None:
 
 
 def _demo_hint(command: str) -> str:
-    tiny = get_settings().cache_dir / "tiny-checkpoint"
+    tiny = get_settings().tiny_checkpoint
     return (f"\nTo try Quire without the real weights: `quire demo` writes a tiny random checkpoint to {tiny}; then "
             f"`{command.format(tiny=tiny)}` (its text is not meaningful).")
 
@@ -316,7 +363,9 @@ def _add_service_parsers(commands: argparse._SubParsersAction) -> None:
                     "process. Distributed mode: only the API; run `quire worker` processes beside it.")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
-    serve.add_argument("--model", default=None, help="local directory or hub id (default: QUIRE_MODEL)")
+    serve.add_argument("--model", default=None,
+                       help="local directory or hub id (default: QUIRE_MODEL); `none`, or weights not on this "
+                            "machine: no model, regions that need one are skipped")
     _add_quantization_flag(serve)
     worker = commands.add_parser("worker", help="a Celery worker of the distributed mode (needs QUIRE_BROKER_URL)")
     worker.add_argument("--queues", default="cpu,gpu", help="cpu, gpu or both (default: cpu,gpu)")
@@ -356,8 +405,12 @@ def _serve(args: argparse.Namespace) -> int:
     from workers.embedded import EmbeddedWorkers
     from workers.engine_host import EngineHost
 
+    from .documents.lazy_recognizer import NO_MODEL
+    from .engine.model.loader import named_directory
     from .engine_settings import gpu_threads
 
+    if settings.model != NO_MODEL:  # a typo in a model path stops the service at once (exit 2)
+        named_directory(settings.model)
     host = EngineHost(settings)
     workers = EmbeddedWorkers(settings, host, settings.cpu_threads, gpu_threads(settings))
     try:
@@ -372,9 +425,14 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _load_models(workers: EmbeddedWorkers, host: EngineHost) -> None:
     """Load the layout model, then the engine (whose KV cache takes a share of the GPU memory left), at start
-    rather than on the first page; a model that does not load raises CheckpointError (main reports it)."""
+    rather than on the first page. Without a model (none asked for, or not on this machine) the service runs as
+    `quire process` does, saying so once: regions that need one are skipped with the reason. A model there but
+    broken raises CheckpointError (main reports it: exit 2)."""
     workers.context.preload_layout()
-    host.engine  # noqa: B018 - a property that loads it
+    unavailable = host.load()
+    if unavailable is not None:
+        logging.getLogger("quire").warning(f"{unavailable} Serving without a recognition model: regions that need "
+                                           "one are skipped, with the reason", extra={"code": unavailable.code})
 
 
 def _worker(args: argparse.Namespace) -> int:

@@ -9,6 +9,9 @@ from pydantic import Field, PositiveInt, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 ApiKeysMode = Literal["auto", "required", "off"]
+# the page rendering resolutions an upload's `dpi` and `quire process --dpi` take, one range for both: 0 cannot
+# render, and past 600 a large page passes the render cap and would be lowered anyway
+DPI_MIN, DPI_MAX = 18, 600
 
 
 class Settings(BaseSettings):
@@ -101,6 +104,11 @@ class Settings(BaseSettings):
             self.database_url = "sqlite:///" + str(Path(self.database_url.removeprefix("sqlite:///")).expanduser())
         self.blob_dir = (self.blob_dir or self.cache_dir / "blobs").expanduser()
         return self
+
+    @property
+    def tiny_checkpoint(self) -> Path:
+        """Where `quire demo` writes its tiny random checkpoint, and where the hints and `quire models list` look."""
+        return self.cache_dir / "tiny-checkpoint"
 
 
 def get_settings() -> Settings:

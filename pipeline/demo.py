@@ -28,7 +28,7 @@ def run_demo(settings: Settings, checkpoint: Path | None = None, max_tokens: int
     """Process the sample PDF into `<cache dir>/demo/out` and say what came out; the real model when `settings.model`
     is on this machine, else the tiny random checkpoint (written to `checkpoint` or the cache dir if absent)."""
     real = local_checkpoint(settings.model)
-    model = str(real) if real else str(_tiny_checkpoint(checkpoint or settings.cache_dir / "tiny-checkpoint"))
+    model = str(real) if real else str(_tiny_checkpoint(checkpoint or settings.tiny_checkpoint))
     tokens = max_tokens or (None if real else TINY_MAX_TOKENS)  # None: the settings' per-task limits
     demo = settings.cache_dir.expanduser() / "demo"
     sample = write_sample_pdf(demo / "sample.pdf")

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline.config import Settings, get_settings
 from pipeline.document_settings import process_options
 from pipeline.documents.layout import layout_backend
-from pipeline.documents.lazy_recognizer import LazyRecognizer, ModelUnavailable
+from pipeline.documents.lazy_recognizer import NO_MODEL, LazyRecognizer, ModelUnavailable
 from pipeline.documents.page_pool import InlinePages, PagePool, default_workers
 from pipeline.documents.page_ranges import PageRanges, parse_page_ranges
 from pipeline.documents.process import PageCallback
@@ -44,8 +44,6 @@ from pipeline.engine_settings import layout_device, pages_in_flight, task_max_to
 
 if TYPE_CHECKING:
     from pipeline.engine.engine import Engine
-
-NO_MODEL = "none"  # `--model none` / model="none": no recognition model; regions that need one are skipped
 
 
 def process(source: str | Path | bytes, *, name: str | None = None, engine: Engine | None = None,
@@ -186,7 +184,7 @@ def load_engine(model: str | None, settings: Settings) -> Engine:
     from pipeline.engine_settings import engine_kwargs
 
     if model is None:
-        raise ModelUnavailable("model_none", "no recognition model was asked for (model none)")
+        raise ModelUnavailable.none_asked_for()
     try:
         return Engine.from_pretrained(model, **engine_kwargs(settings))
     except CheckpointError as exc:

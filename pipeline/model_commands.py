@@ -149,9 +149,15 @@ def _revision(directory: Path) -> str:
 
 
 def _list(args: argparse.Namespace) -> int:
-    rows = _directory_rows(args.dir) if args.dir else _cache_rows()
+    """0, the models listed (none is no error); 2 when --dir names no directory."""
+    if args.dir and not args.dir.is_dir():
+        print(f"error: {args.dir}: no such directory", file=sys.stderr)
+        return 2
+    rows = _directory_rows(args.dir) if args.dir else _cache_rows() + _tiny_rows()
     if not rows:
-        print(f"no models in {args.dir or _cache_dir()}; `quire models pull` fetches Quire's", file=sys.stderr)
+        settings = get_settings()
+        print(f"no models in {args.dir or _cache_dir()}: `quire models pull` fetches {settings.model} and "
+              f"{settings.layout_model}, `quire demo` writes a tiny random checkpoint", file=sys.stderr)
     for name, revision, size, directory in rows:
         results = check(directory)
         verdict = "ok" if all(ok for ok, _ in results) else next(message for ok, message in results if not ok)
@@ -172,8 +178,17 @@ def _cache_rows() -> list[tuple[str, str, int, Path]]:
 
 
 def _directory_rows(under: Path) -> list[tuple[str, str, int, Path]]:
-    return [(path.name, _revision(path), sum(f.stat().st_size for f in path.rglob("*") if f.is_file()), path)
-            for path in sorted(under.iterdir()) if (path / "config.json").is_file()]
+    return [_directory_row(path.name, path) for path in sorted(under.iterdir()) if (path / "config.json").is_file()]
+
+
+def _tiny_rows() -> list[tuple[str, str, int, Path]]:
+    """The demo's tiny checkpoint, named by its path (what `--model` takes), when `quire demo` has written it."""
+    tiny = get_settings().tiny_checkpoint
+    return [_directory_row(str(tiny), tiny)] if (tiny / "config.json").is_file() else []
+
+
+def _directory_row(name: str, path: Path) -> tuple[str, str, int, Path]:
+    return name, _revision(path), sum(file.stat().st_size for file in path.rglob("*") if file.is_file()), path
 
 
 def _cache_dir() -> str:

@@ -21,6 +21,7 @@ import random
 import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -108,6 +109,13 @@ def check_url(url: str, allow: Sequence[str] = (), resolve: Resolver | None = No
             raise CallbackRefused(f"{url!r}: {host} resolves to {address}, {reason}; "
                                   "QUIRE_WEBHOOK_ALLOW can permit it")
     return addresses
+
+
+def accept_callback_url(url: str, allow: Sequence[str] = ()) -> None:
+    """The one rule for a callback URL given to Quire (an upload's, a batch's, a tenant's default): check_url's,
+    except that a name DNS does not know yet passes, since it is checked again at each delivery attempt."""
+    with suppress(HostNotFound):
+        check_url(url, allow)
 
 
 def refusal(address: IPAddress) -> str | None:

@@ -138,6 +138,7 @@ def test_process_takes_a_directory_skips_finished_inputs_and_reports_bad_ones(tm
 
     first = _quire(*args, cache=tmp_path)
     assert first.returncode == 1, first.stderr  # one input failed
+    assert f"{inbox}: 1 other file left alone: notes.txt" in first.stderr.splitlines()
     assert sorted(p.name for p in out.iterdir()) == ["letter.json", "letter.md", "letter.pages", "report.json"]
     failed = json.loads((out / "report.json").read_text())
     assert (failed["status"], failed["error"]["code"]) == ("failed", "unsupported_format")
@@ -178,7 +179,11 @@ def test_process_without_the_weights_skips_the_regions_that_need_them_and_says_h
     done = _quire("process", str(CORPUS / "grayscale-image.pdf"), "-o", str(tmp_path / "out"),
                   "--model", "PaddlePaddle/not-downloaded-here", cache=tmp_path)
     assert done.returncode == 3 and "Traceback" not in done.stderr
-    assert "1 region skipped (model_unavailable)" in done.stderr
+    assert "1 page, partial; layout page (no layout weights, no text layer); 1 region skipped (model_unavailable)" \
+        in done.stderr  # a scan read without a model has no text: not `succeeded`
+    result = json.loads((tmp_path / "out" / "grayscale-image.json").read_text())
+    assert (result["status"], result["model_error"]["code"]) == ("partial", "model_unavailable")
+    assert "PaddlePaddle/not-downloaded-here" in result["model_error"]["message"]
     assert "quire models pull" in done.stderr and "quire demo" in done.stderr
     assert f"--model {tmp_path / 'tiny-checkpoint'}" in done.stderr
 
@@ -362,8 +367,7 @@ def test_the_embedded_service_loads_the_layout_model_before_the_engine():
     loaded: list[str] = []
 
     class Host:
-        @property
-        def engine(self) -> None:
+        def load(self) -> None:
             loaded.append("engine")
 
     workers = SimpleNamespace(context=SimpleNamespace(preload_layout=lambda: loaded.append("layout")))
@@ -391,13 +395,14 @@ def test_model_none_skips_the_regions_that_need_the_model_says_so_and_exits_3(tm
     done = _quire("process", str(sample), "-o", str(out), "--model", "none", cache=tmp_path,
                   QUIRE_LAYOUT_MODEL=str(tmp_path / "no-layout-weights"))
     assert done.returncode == 3, done.stderr
-    assert (f"sample.pdf: 2 pages, succeeded; layout pdf (no layout weights); 2 regions skipped (model_none) → "
+    assert (f"sample.pdf: 2 pages, partial; layout pdf (no layout weights); 2 regions skipped (model_none) → "
             f"{out / 'sample.md'}, {out / 'sample.json'}, {out / 'sample.pages'}/") in done.stderr
     result = json.loads((out / "sample.json").read_text())
     jsonschema.validate(result, load_schema())
     skipped = [r for page in result["pages"] for r in page["regions"] if r["status"] == "skipped"]
     assert [(r["label"], r["error"]["code"]) for r in skipped] == [("table", "model_none"),
                                                                   ("display_formula", "model_none")]
+    assert result["model_error"]["code"] == "model_none" and "model none" in result["model_error"]["message"]
     markdown = (out / "sample.md").read_text()
     assert markdown.startswith("# A sample report") and "<table" not in markdown and "$$" not in markdown
     assert result["model"] is None and result["pages"][0]["layout_reason"] == "no layout weights"
@@ -469,3 +474,59 @@ def test_a_broken_model_is_an_error_though_the_text_layers_regions_are_still_wri
     assert done.returncode == 2 and "Traceback" not in done.stderr and str(broken) in done.stderr
     [region] = json.loads((out / "grayscale-image.json").read_text())["pages"][0]["regions"]
     assert region["status"] == "skipped" and region["error"]["code"] not in ("model_none", "model_unavailable")
+
+
+# --- mistakes on the command line: one clear line, the documented exit status, never a traceback -----------------
+
+
+def _error_line(done: subprocess.CompletedProcess[str]) -> str:
+    """The command's one line that says what went wrong, after checking there is no traceback and only one."""
+    assert "Traceback" not in done.stderr, done.stderr
+    [line] = [line for line in done.stderr.splitlines() if line.startswith(("error:", "quire process: error:"))]
+    return line
+
+
+def _a_file(tmp_path: Path) -> Path:
+    (tmp_path / "taken").write_text("a file where the output directory would go")
+    return tmp_path / "taken"
+
+
+def _an_empty_directory(tmp_path: Path) -> Path:
+    (tmp_path / "empty").mkdir()
+    return tmp_path / "empty"
+
+
+def _a_directory_of_other_files(tmp_path: Path) -> Path:
+    (tmp_path / "inbox").mkdir()
+    (tmp_path / "inbox" / "notes.txt").write_text("not a document")
+    (tmp_path / "inbox" / "sheet.xlsx").write_bytes(b"PK\x03\x04 not a document either")
+    return tmp_path / "inbox"
+
+
+PDF = str(CORPUS / "minimal-document.pdf")
+MISTAKES = {  # what the command line says: (its arguments in tmp, its exit status, its one line of error)
+    "output is a file": (lambda tmp: ["process", PDF, "-o", str(_a_file(tmp))], 2,
+                         "argument -o/--output: {tmp}/taken exists and is not a directory"),
+    "dpi 0": (lambda tmp: ["process", PDF, "-o", str(tmp), "--dpi", "0"], 2,
+              "argument --dpi: 0 is out of range: 18 to 600"),
+    "dpi 5000": (lambda tmp: ["process", PDF, "-o", str(tmp), "--dpi", "5000"], 2,
+                 "argument --dpi: 5000 is out of range: 18 to 600"),
+    "empty directory": (lambda tmp: ["process", str(_an_empty_directory(tmp)), "-o", str(tmp)], 1,
+                        "error: {tmp}/empty: no PDF, TIFF, PNG, JPEG or WebP file in it"),
+    "directory of other files": (lambda tmp: ["process", str(_a_directory_of_other_files(tmp)), "-o", str(tmp)], 1,
+                                 "error: {tmp}/inbox: no PDF, TIFF, PNG, JPEG or WebP file in it (2 other files "
+                                 "left alone: notes.txt, sheet.xlsx)"),
+    "model path that does not exist": (
+        lambda tmp: ["process", PDF, "-o", str(tmp), "--model", f"{tmp}/no-such-model"], 2,
+        "error: {tmp}/no-such-model: not a checkpoint directory."),
+    "models list of a directory that does not exist": (
+        lambda tmp: ["models", "list", "--dir", f"{tmp}/nowhere"], 2, "error: {tmp}/nowhere: no such directory"),
+}
+
+
+@pytest.mark.parametrize("mistake", MISTAKES)
+def test_a_mistake_on_the_command_line_is_one_line_and_its_exit_status(tmp_path, mistake):
+    arguments, status, message = MISTAKES[mistake]
+    done = _quire(*arguments(tmp_path), cache=tmp_path)
+    assert done.returncode == status, done.stderr
+    assert message.format(tmp=tmp_path) in _error_line(done)

@@ -8,9 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from pipeline import process
+from pipeline.documents.assemble import load_schema
 from tests.documents.samples import corpus_bytes
 
 CORPUS = Path(__file__).resolve().parent / "fixtures" / "corpus"
@@ -27,6 +29,15 @@ def test_a_path_comes_back_as_its_result():
     result = process(TEXT_ONLY, layout="pdf", model="none")
     assert (result.name, result.status, len(result.pages)) == ("pdflatex-4-pages.pdf", "succeeded", 4)
     assert result.pages[0].regions[0].content.text.startswith("Hello, here is some text")
+
+
+def test_the_result_has_what_name_json_has_its_markdown_included():
+    result = process(TEXT_ONLY, layout="pdf", model="none")
+    as_json = result.to_json()
+    jsonschema.validate(as_json, load_schema())
+    assert [page.markdown for page in result.pages] == [page["markdown"] for page in as_json["pages"]]
+    assert result.pages[0].markdown.startswith("Hello, here is some text")
+    assert result.markdown == "\n\n".join(page.markdown for page in result.pages) + "\n"  # NAME.md
 
 
 def test_bytes_come_back_as_their_result_under_the_name_given():

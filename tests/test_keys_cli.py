@@ -51,6 +51,10 @@ def test_a_tenant_shows_its_webhook_secret_and_takes_a_default_callback_url(tmp_
     created = ok(quire(tmp_path, "keys", "create", "--tenant", "globex"))
     secret = created.stderr.rsplit(": ", 1)[1].strip()
     ok(quire(tmp_path, "tenants", "set", "--callback-url", "https://hooks.example.com/quire", "globex"))
+    refused = quire(tmp_path, "tenants", "set", "--callback-url", "http://10.0.0.1/x", "globex")  # as an upload is
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert refused.stderr.splitlines() == ["error: callback_url_refused: 'http://10.0.0.1/x': 10.0.0.1 resolves to "
+                                           "10.0.0.1, a private address; QUIRE_WEBHOOK_ALLOW can permit it"]
     shown = ok(quire(tmp_path, "tenants", "show", "globex")).stdout
     assert shown.splitlines() == ["tenant: globex", f"webhook secret: {secret}",
                                   "default callback URL: https://hooks.example.com/quire", "active keys: 1"]

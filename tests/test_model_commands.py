@@ -138,9 +138,21 @@ def test_list_shows_each_cached_model_with_its_commit_size_and_whether_it_checks
     assert rows[1][2:4] == [f"{size / 1e9:.2f}", "GB"]
 
 
-def test_list_of_an_empty_cache_points_at_pull(hf_home):
+def test_list_of_an_empty_cache_says_so_in_one_whole_sentence_naming_pull_and_the_demo(hf_home):
     done = quire("list", hf_home=hf_home)
-    assert done.returncode == 0 and done.stdout == "" and "quire models pull" in done.stderr
+    assert done.returncode == 0 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"no models in {hf_home / 'hub'}: `quire models pull` fetches PaddlePaddle/PaddleOCR-VL and "
+        "PaddlePaddle/PP-DocLayoutV2_safetensors, `quire demo` writes a tiny random checkpoint"]
+
+
+def test_list_shows_the_demos_tiny_checkpoint_beside_the_cache(hf_home, tiny_checkpoint):
+    tiny = hf_home.parent / "quire" / "tiny-checkpoint"
+    shutil.copytree(tiny_checkpoint, tiny)
+    done = quire("list", hf_home=hf_home)
+    assert done.returncode == 0, done.stderr
+    [row] = [line.split() for line in done.stdout.splitlines()]
+    assert (row[0], row[1], row[-1]) == (str(tiny), "local", "ok")
 
 
 def test_quantize_writes_a_checkpoint_that_checks_and_lists_as_ok(tiny_checkpoint, tmp_path, capsys):

@@ -14,13 +14,17 @@ from functools import cached_property
 from transformers import AutoTokenizer  # noqa: F401 - see below
 
 from pipeline.config import Settings
+from pipeline.documents.lazy_recognizer import ABSENT, NO_MODEL, ModelUnavailable, SkippingRecognizer
 from pipeline.documents.recognize import EngineRecognizer, Recognizer
 from pipeline.engine.engine import Engine
+from pipeline.engine.errors import CheckpointError
 from pipeline.engine.model.loader import resolve_checkpoint
 from pipeline.engine.model.revision import checkpoint_revision
 from pipeline.engine.model.verify import CHECKS
 from pipeline.engine_settings import engine_kwargs, task_max_tokens, weights_scheme
 from pipeline.jobs.model_status import ModelStatus
+
+NONE_ASKED_FOR = ModelStatus(NO_MODEL, "model_none", str(ModelUnavailable.none_asked_for()))
 
 
 class EngineHost:
@@ -32,14 +36,28 @@ class EngineHost:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.model = settings.model
+        self.model = None if settings.model == NO_MODEL else settings.model  # None: none asked for (`--model none`)
         self._engine: Engine | None = None
         self._lock = threading.Lock()
-        self._status: ModelStatus | None = None
+        self._status = NONE_ASKED_FOR if self.model is None else None
+
+    @property
+    def revision(self) -> str | None:
+        """Keys cached results; None while there is no model (none asked for, or not on this machine): its regions
+        are skipped, and nothing is recalled or remembered for them."""
+        if self.model is None:
+            return None
+        try:
+            return self._revision
+        except CheckpointError as exc:
+            if exc.code in ABSENT:
+                return None
+            raise
 
     @cached_property
-    def revision(self) -> str:
-        """Keys cached results: the hub commit, or a fingerprint that reads a few MB, never the whole weights."""
+    def _revision(self) -> str:
+        """The hub commit, or a fingerprint that reads a few MB, never the whole weights."""
+        assert self.model is not None
         try:
             return checkpoint_revision(resolve_checkpoint(self.model), weights_scheme(self.settings))
         except Exception as exc:  # the first thing a region asks of a missing checkpoint: /readyz must hear of it
@@ -49,7 +67,10 @@ class EngineHost:
     @property
     def engine(self) -> Engine:
         """The engine, loaded on first use; a load that fails is tried again by the next region (the checkpoint may
-        have been fixed meanwhile), and each outcome becomes the model's status."""
+        have been fixed meanwhile), and each outcome becomes the model's status. CheckpointError when it does not
+        load; ModelUnavailable when none was asked for."""
+        if self.model is None:
+            raise ModelUnavailable.none_asked_for()
         with self._lock:
             if self._engine is None:
                 try:
@@ -60,6 +81,20 @@ class EngineHost:
                 self._status = ModelStatus(self.model)
             return self._engine
 
+    def load(self) -> ModelUnavailable | None:
+        """Load the engine now (`quire serve` does at start, not on the first page); why there is none when none
+        was asked for or it is not on this machine, the service then running without it as `quire process` does.
+        A model that is there but broken raises CheckpointError."""
+        try:
+            self.engine  # noqa: B018 - a property that loads it
+        except ModelUnavailable as exc:
+            return exc
+        except CheckpointError as exc:
+            if exc.code not in ABSENT:
+                raise
+            return ModelUnavailable(exc.code, str(exc))
+        return None
+
     @property
     def status(self) -> ModelStatus | None:
         """Whether the model loads, as the last check or load found; None while nothing has tried."""
@@ -69,6 +104,8 @@ class EngineHost:
         """Whether the checkpoint would load, found without loading it (config, tensor names and shapes from the
         safetensors headers, tokenizer and template: seconds, no memory), so a GPU worker can report a missing or
         broken model at start while its engine still waits for the first region. A loaded engine is its own proof."""
+        if self.model is None:  # nothing to check
+            return NONE_ASKED_FOR
         with self._lock:
             if self._engine is None:
                 self._status = _checked(self.model)
@@ -80,6 +117,11 @@ class EngineHost:
         return None if engine is None else engine.stats()
 
     def recognizer(self, tenant: str) -> Recognizer:
+        """The engine's, its prefix cache salted with the tenant; without a model one that skips every region with
+        the reason (each call tries the load again, so weights pulled meanwhile are taken up)."""
+        unavailable = self.load()
+        if unavailable is not None:
+            return SkippingRecognizer(unavailable)
         return EngineRecognizer(self.engine, task_max_tokens(self.settings), cache_salt=tenant)
 
     def close(self) -> None:

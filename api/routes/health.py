@@ -2,12 +2,16 @@
 one); /healthz only says the process answers, so a database outage does not get every API process restarted.
 
 /readyz also says when the recognition model does not load where recognize runs: in this process (embedded) or
-on any GPU worker that reported (distributed). Until a host has found out, nothing is reported and /readyz stays
-200: uploads are durable and queue until a GPU worker takes them, so the API is ready before GPU workers start
-(or while they scale from zero), and a model that loads fine is no problem either.
+on any GPU worker that reported (distributed). A model that is absent (none asked for, or not on this machine) is
+a note, not a problem: the service is up, and the regions that need the model are skipped with the reason. Until
+a host has found out, nothing is reported and /readyz stays 200: uploads are durable and queue until a GPU worker
+takes them, so the API is ready before GPU workers start (or while they scale from zero), and a model that loads
+fine is no problem either.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import redis
 from fastapi import APIRouter, Response
@@ -19,6 +23,7 @@ from api.schemas import Health
 from pipeline.db.errors import database_unavailable
 from pipeline.jobs.context import Context
 from pipeline.jobs.dispatch import ModelReporting
+from pipeline.jobs.model_status import ModelStatus
 
 router = APIRouter(tags=["health"])
 
@@ -41,11 +46,13 @@ def readyz(ctx: ContextDep, response: Response) -> Health:
     model does not load; 503 with what failed otherwise."""
     broker = _broker(ctx)
     problems = [problem for problem in (_database(ctx), broker) if problem]
-    problems += [] if broker else _models(ctx)  # the GPU workers report through the broker
+    statuses = [] if broker else _models(ctx)  # the GPU workers report through the broker
+    problems += _lines(status.problem if isinstance(status, ModelStatus) else status for status in statuses)
+    notes = _lines(status.note for status in statuses if isinstance(status, ModelStatus))
     if problems:
         response.status_code = 503
-        return Health(status="unavailable", problems=problems)
-    return Health(status="ok")
+        return Health(status="unavailable", problems=problems, notes=notes)
+    return Health(status="ok", notes=notes)
 
 
 def _database(ctx: Context) -> str | None:
@@ -70,12 +77,16 @@ def _broker(ctx: Context) -> str | None:
     return None
 
 
-def _models(ctx: Context) -> list[str]:
-    """`model: <code>: <message>` once per distinct failure (many GPU workers on one checkpoint fail alike)."""
+def _models(ctx: Context) -> list[ModelStatus | str]:
+    """Each recognition host's model status, or the problem line of statuses that could not be read."""
     if not isinstance(ctx.dispatcher, ModelReporting):
         return []
     try:
-        statuses = ctx.dispatcher.model_statuses()
+        return list(ctx.dispatcher.model_statuses())
     except Exception as exc:  # the broker answered the ping but not this read
         return [f"model: status unreadable: {type(exc).__name__}: {exc}"]
-    return list(dict.fromkeys(problem for status in statuses if (problem := status.problem)))
+
+
+def _lines(lines: Iterable[str | None]) -> list[str]:
+    """Each distinct line once (many GPU workers on one checkpoint fail alike), in order."""
+    return list(dict.fromkeys(line for line in lines if line))

@@ -35,7 +35,7 @@ from sqlalchemy.types import TypeDecorator
 DOCUMENT_STATUSES = ("queued", "processing", "succeeded", "partial", "failed", "canceled")
 FINAL_DOCUMENT_STATUSES = ("succeeded", "partial", "failed", "canceled")  # nothing changes a document after these
 PAGE_STATUSES = ("queued", "processing", "succeeded", "failed")
-REGION_STATUSES = ("pending", "succeeded", "failed")
+REGION_STATUSES = ("pending", "succeeded", "failed", "skipped")  # skipped: it needed the model and there was none
 # Where a region's content came from; "none" is a picture region, which is never recognised (result.schema.json).
 REGION_SOURCES = ("model", "text-layer", "cache", "none")
 

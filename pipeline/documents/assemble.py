@@ -27,6 +27,9 @@ SCHEMA_VERSION = 1
 # Page furniture: repeated on every page, noise in a flowing text.
 EXCLUDED_BY_DEFAULT: frozenset[str] = frozenset({"header", "footer", "number", "header_image", "footer_image"})
 _ALT_SPECIAL = re.compile(r"[\\\[\]]")  # escaped in alt text, which brackets delimit
+# A skipped region's message: the reason (a loader's message runs to hundreds of characters) is the document's
+# `model_error`, said once, not repeated by each of a long document's hundreds of regions.
+SKIPPED = "needs the recognition model; the document's model_error says why"
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,7 @@ def document_json(document: DocumentOutput, options: MarkdownOptions | None = No
         "model": document.model,
         "model_revision": document.model_revision,
         "error": _problem(document.error),
+        "model_error": _problem(document.model_error),
         "timings_ms": _timings(document.timings_ms),
         "pages": [page_json(page, options) for page in document.pages],
     }
@@ -184,7 +188,7 @@ def _region_json(region: RegionOutput) -> dict[str, Any]:
                    "cached": usage.cached_tokens} if used_model else None,
         "timings_ms": {"ttft": round(usage.ttft_ms or 0.0, 1), "decode": round(usage.decode_ms or 0.0, 1)}
         if used_model else None,
-        "error": _problem(region.error),
+        "error": _problem(Problem(region.error.code, SKIPPED) if region.skipped and region.error else region.error),
     }
 
 

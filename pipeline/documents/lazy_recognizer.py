@@ -14,6 +14,11 @@ from concurrent.futures import Future
 
 from pipeline.documents.recognize import Recognition, RecognitionTask, Recognizer
 
+NO_MODEL = "none"  # `--model none`, QUIRE_MODEL=none, model="none": no recognition model; its regions are skipped
+# The codes of "there is no model", as opposed to one that is there but broken: a run goes on without it, its
+# regions skipped (quire process exits 3, the service stays ready); a broken one is an error (exit 2, /readyz 503).
+ABSENT = ("model_none", "model_unavailable")
+
 
 class ModelUnavailable(Exception):
     """There is no model to recognise with: `code` is `model_none` (none asked for), or the loader's (e.g.
@@ -22,6 +27,25 @@ class ModelUnavailable(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+    @classmethod
+    def none_asked_for(cls) -> ModelUnavailable:
+        return cls("model_none", "no recognition model was asked for (model none)")
+
+
+class SkippingRecognizer:
+    """A Recognizer for want of a model: every region comes back skipped with the reason's code and message."""
+
+    def __init__(self, unavailable: ModelUnavailable) -> None:
+        self.unavailable = unavailable
+
+    def submit(self, task: RecognitionTask) -> Future[Recognition]:
+        skipped: Future[Recognition] = Future()
+        skipped.set_result(Recognition.skip(self.unavailable.code, str(self.unavailable)))
+        return skipped
+
+    def cancel(self, future: Future[Recognition]) -> None:
+        """Nothing runs behind a skipped region's future."""
 
 
 class LazyRecognizer:
@@ -36,25 +60,21 @@ class LazyRecognizer:
 
     @property
     def loaded(self) -> bool:
-        return self._recognizer is not None
+        return self._recognizer is not None and self.unavailable is None
 
     def submit(self, task: RecognitionTask) -> Future[Recognition]:
-        recognizer = self._loaded()
-        if not isinstance(recognizer, ModelUnavailable):
-            return recognizer.submit(task)
-        skipped: Future[Recognition] = Future()
-        skipped.set_result(Recognition.skip(recognizer.code, str(recognizer)))
-        return skipped
+        return self._loaded().submit(task)
 
     def cancel(self, future: Future[Recognition]) -> None:
         if self._recognizer is not None:
             self._recognizer.cancel(future)
 
-    def _loaded(self) -> Recognizer | ModelUnavailable:
+    def _loaded(self) -> Recognizer:
         with self._lock:
-            if self._recognizer is None and self.unavailable is None:
+            if self._recognizer is None:
                 try:
                     self._recognizer = self._load()
                 except ModelUnavailable as exc:
                     self.unavailable = exc
-            return self._recognizer or self.unavailable  # type: ignore[return-value]  # one of them is set
+                    self._recognizer = SkippingRecognizer(exc)
+            return self._recognizer

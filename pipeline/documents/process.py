@@ -118,17 +118,15 @@ def out_of_range(pages: PageRanges, page_count: int) -> Problem:
     return Problem("pages_out_of_range", f"pages {pages.text} asked for; the document has {page_count}")
 
 
-def expand_inputs(paths: list[Path], recursive: bool = False) -> list[Path]:
-    """Files as given; a directory stands for the supported files directly in it (by content), sorted by name, or
-    with `recursive` in it and every folder below it, sorted by path."""
-    files: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            children = sorted(path.rglob("*")) if recursive else sorted(path.iterdir())
-            files.extend(child for child in children if child.is_file() and _supported(child))
-        else:
-            files.append(path)
-    return files
+def scan_directory(directory: Path, recursive: bool = False) -> tuple[list[Path], list[Path]]:
+    """(the supported files directly in it, by content, sorted by name, or with `recursive` in it and every folder
+    below it, sorted by path; the other files, left alone), so a caller can say what it did not take."""
+    children = sorted(directory.rglob("*")) if recursive else sorted(directory.iterdir())
+    supported: list[Path] = []
+    others: list[Path] = []
+    for child in (child for child in children if child.is_file()):
+        (supported if _supported(child) else others).append(child)
+    return supported, others
 
 
 def _supported(path: Path) -> bool:
@@ -262,8 +260,9 @@ def _failed_page(source: SourcePage, page: RenderedPage, layout: str, problem: P
 
 
 def document_status(pages: list[PageOutput]) -> DocumentOutcome:
-    """`succeeded` when every page did, `failed` when none did, else `partial`."""
+    """`succeeded` when every page did and no region was skipped for want of a model, `failed` when no page did,
+    else `partial`: a scan read without a model succeeds page by page but holds none of its text."""
     failed = sum(1 for page in pages if page.status == "failed")
-    if failed == 0:
+    if failed == 0 and not any(region.skipped for page in pages for region in page.regions):
         return "succeeded"
     return "failed" if failed == len(pages) else "partial"

@@ -1,6 +1,7 @@
 """What processing a document produces: per region, per page and per document, before it is written anywhere.
 
-These mirror result.schema.json field for field (assemble.document_json writes them out); keep the two in step.
+These mirror result.schema.json field for field (assemble.document_json writes them out, and `to_json` and the
+`markdown` properties call it, so the result object has what NAME.json has); keep the two in step.
 A region's result is two small records, each defined once here and carried whole from the recognizer to the
 database: its content (what the recognition cache keeps) and its usage (what the engine spent on it).
 """
@@ -8,7 +9,7 @@ database: its content (what the recognition cache keeps) and its usage (what the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from pipeline.documents.layout_contract import BBox
 
@@ -92,6 +93,13 @@ class PageOutput:
     timings_ms: dict[str, float] = field(default_factory=dict)
     layout_reason: str | None = None  # why `layout` laid the page out when another was asked for
 
+    @property
+    def markdown(self) -> str:
+        """This page alone as Markdown, as NAME.json's page says it (pictures as comments: no crops are saved)."""
+        from pipeline.documents.assemble import page_markdown
+
+        return page_markdown(self)
+
 
 @dataclass(frozen=True)
 class DocumentOutput:
@@ -105,3 +113,23 @@ class DocumentOutput:
     model: str | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
     model_revision: str | None = None  # the hub commit or weights digest of `model`, once it was loaded
+
+    @property
+    def model_error(self) -> Problem | None:
+        """Why regions that need the model were skipped (none asked for, or it could not load): one reason for the
+        whole document, the first skipped region's; None when no region was skipped."""
+        return next((region.error for page in self.pages for region in page.regions
+                     if region.skipped and region.error is not None), None)
+
+    @property
+    def markdown(self) -> str:
+        """The whole document as Markdown, as NAME.md says it (pictures as comments: no crops are saved)."""
+        from pipeline.documents.assemble import document_markdown
+
+        return document_markdown(self)
+
+    def to_json(self) -> dict[str, Any]:
+        """The document as NAME.json has it (less `files`), in the shape of result.schema.json."""
+        from pipeline.documents.assemble import document_json
+
+        return document_json(self)

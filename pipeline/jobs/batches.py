@@ -13,7 +13,6 @@ on its documents: the batch reports once, when it has finished, rather than once
 
 from __future__ import annotations
 
-from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from typing import BinaryIO
 
@@ -27,7 +26,7 @@ from pipeline.documents.ingest import FORMATS, SNIFF_BYTES, sniff
 from pipeline.jobs.intake import accept_upload
 from pipeline.jobs.options import DocumentOptions
 from pipeline.storage import BlobStore, BlobTooLarge, BlobWriter, read_chunks
-from pipeline.webhooks import HostNotFound, check_url
+from pipeline.webhooks import accept_callback_url
 
 
 @dataclass
@@ -86,8 +85,7 @@ def accept_batch(db: Engine, blobs: BlobStore, settings: Settings, tenant: str, 
     except the callback URL, which is the batch's. Blocking: call it on a worker thread.
     """
     if options.callback_url is not None:
-        with suppress(HostNotFound):  # as for a document's: a name DNS does not know yet is checked at delivery
-            check_url(options.callback_url, settings.webhook_allow)
+        accept_callback_url(options.callback_url, settings.webhook_allow)
     if upload.archive is not None:
         limits = ArchiveLimits(settings.max_archive_members, settings.max_archive_bytes,
                                settings.max_compression_ratio)

@@ -28,12 +28,13 @@ from pipeline.storage import BlobStore, LocalBlobStore
 
 
 class RecognitionHost(Protocol):
-    """The process's resident recognizer; `revision` names the exact weights, for the region result cache."""
+    """The process's resident recognizer; `revision` names the exact weights, for the region result cache (None
+    without a model: none asked for, `model` None too, or none on this machine)."""
 
-    model: str
+    model: str | None
 
     @property
-    def revision(self) -> str: ...
+    def revision(self) -> str | None: ...
 
     def recognizer(self, tenant: str) -> Recognizer:
         """A recognizer whose prefix-cache entries are salted with the tenant, so tenants never share KV."""

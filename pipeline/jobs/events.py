@@ -96,7 +96,7 @@ def document_summary(session: Session, document: Document) -> dict[str, Any]:
         "options": shown_options(document.options),
         "progress": {"pages": {"done": document.pages_done, "total": document.page_count},
                      "regions": {"done": regions[0], "total": regions[1]}},
-        "error": error, "timings": dict(document.timings or {}), "created_at": document.created_at,
+        "error": error, "timings_ms": dict(document.timings or {}), "created_at": document.created_at,
         "started_at": document.started_at, "finished_at": document.finished_at,
     }
 

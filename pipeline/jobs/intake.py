@@ -12,7 +12,6 @@ holding it, after the document's rows are gone.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +24,7 @@ from pipeline.db.models import Document, Page, shown_options
 from pipeline.db.session import session_scope
 from pipeline.jobs.options import DocumentOptions
 from pipeline.storage import BlobStore, BlobWriter, StoredBlob
-from pipeline.webhooks import HostNotFound, check_url
+from pipeline.webhooks import accept_callback_url
 
 _LOCK_NAMESPACE = 0x51554952  # "QUIR": the first key of the two-key advisory locks on blobs
 _KEYS_PER_TRANSACTION = 100  # blob locks held at once by a delete (Postgres's lock table is shared and finite)
@@ -71,8 +70,7 @@ def accept_upload(db: Engine, settings: Settings, tenant: str, filename: str, wr
     documents (see DocumentOptions.dedup_key). A callback URL Quire will not call raises CallbackRefused.
     """
     if options.callback_url is not None:
-        with suppress(HostNotFound):  # a name DNS does not know yet is checked again at each delivery attempt
-            check_url(options.callback_url, settings.webhook_allow)
+        accept_callback_url(options.callback_url, settings.webhook_allow)
     blob = writer.finish()
     resolved = options.resolved(settings)
     upload = _Upload(tenant, filename, blob, resolved.model_dump(), resolved.dedup_key(tenant, blob.key, batch_id),

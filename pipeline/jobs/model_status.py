@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
+from pipeline.documents.lazy_recognizer import ABSENT
+
 # The code of a failure that carries none of its own (CheckpointError always does; a CUDA error does not).
 LOAD_FAILED = "model_load_failed"
 
@@ -26,9 +28,19 @@ class ModelStatus:
         return cls(model, code or LOAD_FAILED, str(exc) if code else f"{type(exc).__name__}: {exc}")
 
     @property
+    def absent(self) -> bool:
+        """No model, none asked for or none on this machine: the service is up, its regions are skipped."""
+        return self.code in ABSENT
+
+    @property
     def problem(self) -> str | None:
-        """The /readyz problem line, or None when the model loads."""
-        return None if self.code is None else f"model: {self.code}: {self.message}"
+        """The /readyz problem line, or None when the model loads (or is absent, which is no fault of the service)."""
+        return None if self.code is None or self.absent else f"model: {self.code}: {self.message}"
+
+    @property
+    def note(self) -> str | None:
+        """The /readyz note that the service runs without a model, and why; None when it has one (or a problem)."""
+        return f"model: {self.code}: {self.message} (regions that need the model are skipped)" if self.absent else None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

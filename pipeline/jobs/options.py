@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipeline.config import Settings
+from pipeline.config import DPI_MAX, DPI_MIN, Settings
 from pipeline.document_settings import process_options
 from pipeline.documents.process import ProcessOptions
 
@@ -27,7 +27,7 @@ class DocumentOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     layout: LayoutName | None = None
-    dpi: int | None = Field(default=None, ge=18, le=600)
+    dpi: int | None = Field(default=None, ge=DPI_MIN, le=DPI_MAX)
     tasks: list[Task] | None = Field(default=None, min_length=1)  # region kinds to recognise; others are pictures
     text_layer: Literal["auto", "off"] | None = None
     password: str | None = Field(default=None, max_length=1024)  # kept until the document is finished

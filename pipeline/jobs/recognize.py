@@ -43,8 +43,10 @@ def recognize_page(ctx: Context, page_id: int) -> None:
         pending = [region for region in regions if region.status == "pending"]
         image = _image(ctx, page.image_key)
         crops = [image.crop(tuple(region.crop_px)) for region in pending]
-        keys = [_crop_key(ctx, page.tenant, region, crop) for region, crop in zip(pending, crops, strict=True)]
-        cached = recall_recognitions(connection, keys)
+        revision = ctx.recognition.revision  # None without a model: nothing to recall, nothing to remember
+        keys = [_crop_key(page.tenant, revision, region, crop)
+                for region, crop in zip(pending, crops, strict=True)] if revision else []
+        cached = recall_recognitions(connection, keys) if keys else [None] * len(pending)
     outputs = _recognize(ctx, page.tenant, crops, cached, pending, page.document_id)
     if outputs is None:  # canceled while the engine worked on it
         return
@@ -54,8 +56,9 @@ def recognize_page(ctx: Context, page_id: int) -> None:
         if not lock_document(session, page.document_id):
             return
         upsert_regions(session, rows)
-        remember_recognitions(session, [(key, asdict(output.content))
-                                        for key, output in zip(keys, outputs, strict=True) if output.source == "model"])
+        if keys:
+            remember_recognitions(session, [(key, asdict(output.content)) for key, output
+                                            in zip(keys, outputs, strict=True) if output.source == "model"])
         complete = finish_page(session, page_id, page.document_id,
                                page_problem(_page_outputs(regions, pending, outputs)), ctx.recognition.model)
     if complete:
@@ -127,11 +130,10 @@ def _wait(ctx: Context, recognizer: Recognizer, futures: dict[int, Future[Recogn
     return not canceled.is_set()
 
 
-def _crop_key(ctx: Context, tenant: str, region: Row, crop: Image.Image) -> CropKey:
-    assert ctx.recognition is not None
+def _crop_key(tenant: str, revision: str, region: Row, crop: Image.Image) -> CropKey:
     digest = hashlib.sha256(f"{crop.mode}:{crop.width}x{crop.height}:".encode())
     digest.update(crop.tobytes())
-    return CropKey(tenant, ctx.recognition.revision, region.task or "ocr", digest.hexdigest())
+    return CropKey(tenant, revision, region.task or "ocr", digest.hexdigest())
 
 
 def _image(ctx: Context, key: str | None) -> Image.Image:

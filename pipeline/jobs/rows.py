@@ -26,7 +26,7 @@ def region_row(output: RegionOutput, page_id: int, index: int, crop_px: tuple[in
     if pending:
         output = RegionOutput(output.order, output.label, output.score, output.bbox_px, output.bbox_pt, output.task,
                               "none")
-    status = "pending" if pending else "failed" if output.error is not None else "succeeded"
+    status = "pending" if pending else output.status
     return {
         "page_id": page_id, "index": index, "reading_order": output.order, "label": output.label,
         "score": output.score, "bbox_px": list(output.bbox_px), "bbox_pt": list(output.bbox_pt),
@@ -44,7 +44,7 @@ def region_output(row: Region | Row) -> RegionOutput:
         order=row.reading_order, label=row.label, score=row.score or 0.0, bbox_px=tuple(row.bbox_px),
         bbox_pt=tuple(row.bbox_pt), task=row.task, source=row.source or "none",
         content=from_columns(RegionContent, row), usage=from_columns(Usage, row),
-        error=_problem(row.error_code, row.error_message))
+        error=_problem(row.error_code, row.error_message), skipped=row.status == "skipped")
 
 
 def from_columns(record: type[Record], row: object) -> Record:

@@ -57,13 +57,13 @@ def test_status_shows_progress_over_pages_and_regions(client: TestClient, db: En
     body = client.get(f"/v1/documents/{document_id}").json()
     assert body["progress"] == {"pages": {"done": 1, "total": 4}, "regions": {"done": 3, "total": 5}}
     assert (body["status"], body["media_type"], body["page_count"]) == ("processing", "application/pdf", 4)
-    assert body["timings"] == {"ingest": 12.5} and body["started_at"] == "2025-01-02T03:04:05Z"
+    assert body["timings_ms"] == {"ingest": 12.5} and body["started_at"] == "2025-01-02T03:04:05Z"
     assert body["links"] == {
         "self": f"http://testserver/v1/documents/{document_id}",
         "result_json": f"http://testserver/v1/documents/{document_id}/result?format=json",
         "result_markdown": f"http://testserver/v1/documents/{document_id}/result?format=markdown"}
     assert set(body) == {"id", "filename", "status", "media_type", "size", "sha256", "page_count", "options",
-                         "progress", "error", "timings", "created_at", "started_at", "finished_at", "links"}
+                         "progress", "error", "timings_ms", "created_at", "started_at", "finished_at", "links"}
 
 
 def test_a_failed_document_says_why(client: TestClient, db: Engine) -> None:

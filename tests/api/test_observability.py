@@ -33,7 +33,7 @@ class ObservedDispatcher(RecordingDispatcher):
 
 
 def test_healthz_only_needs_the_process_and_readyz_needs_the_database(client: TestClient) -> None:
-    assert client.get("/healthz").json() == {"status": "ok", "problems": []}
+    assert client.get("/healthz").json() == {"status": "ok", "problems": [], "notes": []}
     assert client.get("/readyz").status_code == 200
 
 

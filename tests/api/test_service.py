@@ -32,7 +32,7 @@ def test_openapi_lists_every_route_and_describes_the_multipart_upload(client: Te
     assert post["responses"]["413"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorResponse")
     assert [parameter["name"] for parameter in post["parameters"]] == ["idempotency-key"]
     status = spec["components"]["schemas"]["DocumentStatus"]["properties"]
-    assert {"progress", "error", "links", "timings"} <= set(status)
+    assert {"progress", "error", "links", "timings_ms"} <= set(status)
     assert client.get("/docs").status_code == 200
 
 

@@ -96,3 +96,27 @@ def test_0004_adds_the_pages_layout_reason_and_its_downgrade_drops_it_keeping_th
             assert connection.execute(text("SELECT layout FROM pages")).scalar_one() == "pdf"
     finally:
         engine.dispose()
+
+
+def test_0005_lets_a_region_be_skipped_and_its_downgrade_reads_a_skipped_one_as_failed(empty_database: str) -> None:
+    config = alembic_config(empty_database)
+    upgrade_to_head(empty_database)
+    engine = create_db_engine(empty_database)
+    now = {"now": "2026-12-04 00:00:00+00:00"}
+    try:
+        with engine.begin() as connection:
+            connection.execute(text(
+                "INSERT INTO documents (id, tenant, filename, sha256, size_bytes, status, options, timings, pages_done,"
+                " created_at, updated_at) VALUES ('d', 't', 'f.pdf', 's', 1, 'queued', '{}', '{}', 0, :now, :now)"),
+                now)
+            connection.execute(text(
+                "INSERT INTO pages (id, document_id, \"index\", status, rotation, layout, timings, created_at, "
+                "updated_at) VALUES (1, 'd', 0, 'succeeded', 0, 'pdf', '{}', :now, :now)"), now)
+            connection.execute(text(
+                "INSERT INTO regions (page_id, \"index\", reading_order, label, bbox_px, bbox_pt, status, truncated, "
+                "attempts, updated_at) VALUES (1, 0, 0, 'text', '[]', '[]', 'skipped', false, 0, :now)"), now)
+        command.downgrade(config, "0004")
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT status FROM regions")).scalar_one() == "failed"
+    finally:
+        engine.dispose()

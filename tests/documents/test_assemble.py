@@ -136,6 +136,22 @@ def test_failed_partial_and_text_layer_documents_validate(doc):
     jsonschema.validate(document_json(doc), load_schema())
 
 
+def test_why_regions_were_skipped_is_said_once_per_document_and_each_region_carries_its_code():
+    why = Problem("model_unavailable", "PaddlePaddle/PaddleOCR-VL: not a local directory … " + "x" * 500)
+    skipped = [region(order, "text", task="ocr", source="none", error=why, skipped=True) for order in range(3)]
+    result = document_json(document([page(skipped), page(skipped, 1)], "partial"))
+    jsonschema.validate(result, load_schema())
+    assert result["model_error"] == {"code": "model_unavailable", "message": why.message}
+    errors = [region["error"] for page in result["pages"] for region in page["regions"]]
+    assert {error["code"] for error in errors} == {"model_unavailable"}
+    assert all(len(error["message"]) < 100 and "model_error" in error["message"] for error in errors)
+    assert str(result).count(why.message) == 1
+
+
+def test_a_document_nothing_was_skipped_in_has_no_model_error():
+    assert document_json(document([ARTICLE]))["model_error"] is None
+
+
 def test_the_schema_rejects_what_the_pipeline_never_writes():
     result = document_json(document([ARTICLE]))
     result["pages"][0]["regions"][0]["label"] = "banner"

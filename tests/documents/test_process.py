@@ -22,7 +22,7 @@ from pipeline.documents.layout_contract import DetectedRegion
 from pipeline.documents.layout_page import PageLayout
 from pipeline.documents.lazy_recognizer import LazyRecognizer, ModelUnavailable
 from pipeline.documents.page_ranges import parse_page_ranges
-from pipeline.documents.process import ProcessOptions, expand_inputs
+from pipeline.documents.process import ProcessOptions, scan_directory
 from pipeline.documents.recognize import EngineRecognizer, Recognition, RecognitionTask
 from pipeline.documents.regions import RegionOptions
 from pipeline.documents.render import RenderedPage
@@ -222,13 +222,12 @@ def test_an_unreadable_file_is_a_failed_document(tmp_path):
     assert (result.status, result.error.code) == ("failed", "unreadable")
 
 
-def test_a_directory_stands_for_its_supported_files_by_content(tmp_path):
+def test_a_directory_stands_for_its_supported_files_by_content_and_the_others_are_set_apart(tmp_path):
     (tmp_path / "b.pdf").write_bytes(corpus_bytes("minimal-document.pdf"))
     (tmp_path / "a.scan").write_bytes(tiff_pages([(10, 10)]))  # supported whatever its name
     (tmp_path / "notes.txt").write_text("not a document")
     (tmp_path / "sub").mkdir()
-    assert expand_inputs([tmp_path]) == [tmp_path / "a.scan", tmp_path / "b.pdf"]
-    assert expand_inputs([tmp_path / "notes.txt"]) == [tmp_path / "notes.txt"]  # named files are kept, to fail
+    assert scan_directory(tmp_path) == ([tmp_path / "a.scan", tmp_path / "b.pdf"], [tmp_path / "notes.txt"])
 
 
 def test_the_engine_recognizer_runs_a_real_tiny_model(tiny_checkpoint: Path):
@@ -248,7 +247,7 @@ def test_the_engine_recognizer_runs_a_real_tiny_model(tiny_checkpoint: Path):
     jsonschema.validate(document_json(result), load_schema())
 
 
-def test_regions_skipped_for_want_of_a_model_leave_the_page_succeeded_and_the_markdown_clean():
+def test_regions_skipped_for_want_of_a_model_leave_the_page_succeeded_the_document_partial_and_the_markdown_clean():
     def refuse() -> None:
         raise ModelUnavailable("model_none", "no model was asked for")
 
@@ -260,7 +259,8 @@ def test_regions_skipped_for_want_of_a_model_leave_the_page_succeeded_and_the_ma
     title, text, table, formula, image, number = result.pages[0].regions
     assert [r.status for r in (title, table, formula, image)] == ["skipped", "skipped", "skipped", "succeeded"]
     assert (table.error.code, table.source, table.content.text) == ("model_none", "none", None)
-    assert result.status == "succeeded" and result.pages[0].status == "succeeded"
+    assert result.status == "partial" and result.pages[0].status == "succeeded"  # its content is not all there
+    assert result.model_error == table.error  # why, said once for the document
     assert document_markdown(result) == "<!-- image -->\n"
     jsonschema.validate(document_json(result), load_schema())
 
@@ -282,5 +282,5 @@ def test_a_recursive_scan_finds_the_files_in_folders_below(tmp_path):
     (tmp_path / "sub" / "deeper").mkdir(parents=True)
     (tmp_path / "a.pdf").write_bytes(corpus_bytes("minimal-document.pdf"))
     (tmp_path / "sub" / "deeper" / "b.tiff").write_bytes(tiff_pages([(10, 10)]))
-    assert expand_inputs([tmp_path]) == [tmp_path / "a.pdf"]
-    assert expand_inputs([tmp_path], recursive=True) == [tmp_path / "a.pdf", tmp_path / "sub" / "deeper" / "b.tiff"]
+    assert scan_directory(tmp_path) == ([tmp_path / "a.pdf"], [])
+    assert scan_directory(tmp_path, recursive=True)[0] == [tmp_path / "a.pdf", tmp_path / "sub" / "deeper" / "b.tiff"]

@@ -68,11 +68,13 @@ def workers(make_workers: Callable[..., EmbeddedWorkers]) -> EmbeddedWorkers:
     return make_workers()
 
 
-def tenant_secret(workers: EmbeddedWorkers, tenant: str = "acme", callback_url: str | None = None) -> str:
+def tenant_secret(workers: EmbeddedWorkers, tenant: str = "acme", callback_url: str | None = None,
+                  allowed_then: tuple[str, ...] = ()) -> str:
+    """The tenant's webhook secret; its default callback URL set as QUIRE_WEBHOOK_ALLOW was then (`allowed_then`)."""
     with session_scope(workers.context.db) as session:
         secret = ensure_tenant(session, tenant)[0].webhook_secret
         if callback_url is not None:
-            set_callback_url(session, tenant, callback_url)
+            set_callback_url(session, tenant, callback_url, allowed_then)
     return secret
 
 
@@ -153,9 +155,10 @@ def test_retries_stop_at_the_end_of_the_retry_window(make_workers):
 
 
 def test_a_failed_document_goes_to_the_tenant_s_default_url_and_a_private_one_is_refused_when_sent(make_workers):
-    """The tenant's URL was never checked at an upload, and DNS may change after one: deliver checks again."""
+    """The tenant's URL was checked when it was set, but the allow-list and DNS may change since: deliver checks
+    again."""
     workers = make_workers(webhook_allow=[])
-    tenant_secret(workers, callback_url="http://10.1.2.3/hooks")
+    tenant_secret(workers, callback_url="http://10.1.2.3/hooks", allowed_then=("10.1.2.3",))
     document_id = accept(workers, (CORPUS / ENCRYPTED).read_bytes(), "locked.pdf")
     assert wait_until_final(workers, document_id).status == "failed"
     (row,) = attempts(workers, 1, document_id=document_id)
@@ -178,7 +181,8 @@ def test_a_batch_announces_batch_finished_once_after_its_last_document(workers):
     """Its documents finish on two threads at once; on Postgres the batch's row lock orders the last two."""
     secret = tenant_secret(workers)
     with receiver() as hooks:
-        tenant_secret(workers, callback_url=hooks.url)  # each document's and the batch's target
+        # each document's and the batch's target, set while QUIRE_WEBHOOK_ALLOW named the receiver
+        tenant_secret(workers, callback_url=hooks.url, allowed_then=("127.0.0.1",))
         ctx = workers.context
         key = ctx.blobs.put(ONE_PAGE)
         options = DocumentOptions().resolved(ctx.settings).model_dump()

@@ -21,7 +21,8 @@ PLACE = RegionOutput(3, "table", 0.75, (10.0, 20.0, 110.0, 70.0), (5.0, 10.0, 55
 def test_a_region_row_reads_back_as_the_region_it_was_written_from():
     recognized = replace(PLACE, source="model", content=TABLE, usage=Usage(310, 12, 256, 41.5, 80.25))
     failed = replace(PLACE, error=Problem("aspect_ratio", "too thin"))
-    for output in (recognized, failed, PLACE):
+    skipped = replace(PLACE, error=Problem("model_none", "no recognition model was asked for"), skipped=True)
+    for output in (recognized, failed, skipped, PLACE):
         assert region_output(Region(**region_row(output, 1, 0, (8, 18, 112, 72)))) == output
 
 

@@ -27,17 +27,21 @@ from tests.workers.checkpoints import (
 from workers.tasks import ModelStatusReporter
 
 
-@pytest.mark.parametrize(("breaks", "code"), [(remove_weights, "no_weights"), (truncate_weights, "corrupt_weights"),
-                                              (remove_directory, "model_unavailable")])
+@pytest.mark.parametrize(("breaks", "code", "verdict"), [
+    (remove_weights, "no_weights", "problem"), (truncate_weights, "corrupt_weights", "problem"),
+    (remove_directory, "model_unavailable", "note"),  # no model here: /readyz notes it, the service is up
+])
 def test_the_check_finds_a_broken_checkpoint_without_loading_it_and_a_load_agrees(tiny_checkpoint, tmp_path, breaks,
-                                                                                    code):
+                                                                                    code, verdict):
     host = host_on(broken_checkpoint(tiny_checkpoint, tmp_path, breaks), tmp_path)
     checked = host.check()
     assert (checked.code, host.stats()) == (code, None)  # no engine was loaded for the verdict
     with pytest.raises(CheckpointError) as loading:
         host.engine  # noqa: B018 - a property that loads it
     assert (loading.value.code, str(loading.value)) == (checked.code, checked.message)
-    assert host.status == checked and checked.problem == f"model: {code}: {checked.message}"
+    said = {"problem": checked.problem, "note": checked.note}
+    assert host.status == checked and said.pop(verdict).startswith(f"model: {code}: {checked.message}")
+    assert said.popitem()[1] is None
 
 
 def test_a_sound_checkpoint_passes_the_check_before_any_engine_loads(tiny_checkpoint, tmp_path):

@@ -40,11 +40,9 @@ HOW_TO_GET_WEIGHTS = (
 
 def resolve_checkpoint(path_or_id: str | Path) -> Path:
     """A local directory as is; otherwise a hub id fetched (or found in the cache) via huggingface_hub."""
-    path = Path(path_or_id).expanduser()
-    if path.is_dir():
+    path = named_directory(path_or_id)
+    if path is not None:
         return path
-    if path.exists() or str(path_or_id).startswith((".", "/", "~")):
-        raise CheckpointError(f"{path_or_id}: not a checkpoint directory. {HOW_TO_GET_WEIGHTS}", "model_unavailable")
     from huggingface_hub import snapshot_download
 
     try:
@@ -53,6 +51,17 @@ def resolve_checkpoint(path_or_id: str | Path) -> Path:
         raise CheckpointError(
             f"{path_or_id}: not a local directory and could not be fetched from the hub ({exc}). {HOW_TO_GET_WEIGHTS}",
             "model_unavailable") from exc
+
+
+def named_directory(path_or_id: str | Path) -> Path | None:
+    """The directory `path_or_id` names, or None for a hub id; CheckpointError when it is written as a path (or one
+    exists there) but no directory is there: a typo the caller should hear of before any work, not a model to fetch."""
+    path = Path(path_or_id).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists() or str(path_or_id).startswith((".", "/", "~")):
+        raise CheckpointError(f"{path_or_id}: not a checkpoint directory. {HOW_TO_GET_WEIGHTS}", "model_unavailable")
+    return None
 
 
 def local_checkpoint(model: str | Path) -> Path | None:
