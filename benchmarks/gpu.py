@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.engine_throughput import engine_round, logit_rel_err, workload
+from benchmarks.transformers_reference import load_model, load_processor
 from pipeline.engine.engine import Engine, EngineConfig
 from pipeline.engine.model.config import ModelConfig
 from pipeline.engine.model.paddleocr_vl import PaddleOCRVL
@@ -139,13 +140,10 @@ def parity(bench: Bench) -> dict:
 
 def bf16_agreement(bench: Bench, requests: list[Request], kind: str) -> dict:
     """Share of greedy tokens equal to transformers' in bf16 before the first divergence (bf16 ties differ early)."""
-    from transformers import AutoProcessor, PaddleOCRVLForConditionalGeneration
-
     engine = Engine.from_pretrained(bench.tiny, device=str(bench.device), dtype="bfloat16",
                                     kv_cache_memory=SIDE_KV_CACHE)
-    processor = AutoProcessor.from_pretrained(str(bench.tiny))
-    model = PaddleOCRVLForConditionalGeneration.from_pretrained(str(bench.tiny), dtype=torch.bfloat16)
-    model = model.to(bench.device).eval()
+    processor = load_processor(bench.tiny)
+    model = load_model(bench.tiny, torch.bfloat16).to(bench.device)
     agreed = total = 0
     for request, out in zip(requests, engine.generate(requests), strict=True):
         parts = [{"type": "image", "image": image} for image in request.images] + [
