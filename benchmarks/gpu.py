@@ -123,7 +123,7 @@ def versions(bench: Bench) -> dict:
 def parity(bench: Bench) -> dict:
     """Greedy tokens of the fused path on the device equal the CPU engine's in fp32; bf16 agreement with transformers
     (text-only and image prompts apart: transformers 5.16–5.22 resample the vision position table wrongly)."""
-    tokens = 8 if bench.small else 24  # small: a smoke run, each step under Triton's interpreter costs ~0.1 s
+    tokens = 8 if bench.small else 24  # small: a smoke run, each of its steps run by Triton's interpreter
     text = [Request(prompt=f"Question {i}: summarise section {i}.", max_tokens=tokens, ignore_eos=True)
             for i in range(3)]
     images = [Request(prompt="OCR:", images=[sample_image(200 + 60 * i, 60, text=f"crop {i}")], max_tokens=tokens,
