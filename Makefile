@@ -1,9 +1,10 @@
-# The two commands: `make demo` runs the main job, `make test` runs the suite. Each sets up .venv first.
+# The two commands: `make demo` runs the main job, `make test` runs the suite. Each sets up .venv first; `make test`
+# also the services and the browser the suite talks to (scripts/test-setup), before anything slow.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: demo test lint
+.PHONY: demo test test-setup lint
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -14,7 +15,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/quire demo
 
-test: $(STAMP)
+test-setup:
+	scripts/test-setup
+
+test: test-setup $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.transformers_reference import load_model, load_processor
 from pipeline.engine.devices import resolve_dtype
 from pipeline.engine.engine import Engine
 from pipeline.engine.model.quantization import quantized_weight_bytes
@@ -135,12 +136,9 @@ def _first_logits(engine: Engine, items: Items, steps: int) -> list[torch.Tensor
 
 
 def _hf(directory: Path, dtype: str):
-    from transformers import AutoProcessor, PaddleOCRVLForConditionalGeneration
-
-    processor = AutoProcessor.from_pretrained(str(directory))
+    processor = load_processor(directory)
     processor.tokenizer.padding_side = "left"
-    model = PaddleOCRVLForConditionalGeneration.from_pretrained(str(directory), dtype=getattr(torch, dtype)).eval()
-    return processor, model
+    return processor, load_model(directory, getattr(torch, dtype))
 
 
 @torch.inference_mode()

@@ -310,7 +310,7 @@ def scratch_database(prefix: str) -> Iterator[str]:
             connection.execute(text(f'CREATE DATABASE "{name}"'))
     except OperationalError as exc:
         maintenance.dispose()
-        raise RuntimeError(f"Postgres at 127.0.0.1:5432 is not reachable (`.ci/run` starts it): {exc}") from exc
+        raise RuntimeError(f"Postgres at 127.0.0.1:5432 is not reachable (`make test` starts it): {exc}") from exc
     try:
         yield f"{POSTGRES}/{name}"
     finally:

@@ -2,7 +2,7 @@
 database on the real Postgres (emptied for each test that asks for an empty or migrated database of each dialect),
 and one resident engine host on the tiny checkpoint.
 
-Postgres is the one at 127.0.0.1:5432 (trust auth, user postgres) that `.ci/run` starts; the session creates a
+Postgres is the one at 127.0.0.1:5432 (trust auth, user postgres) that `make test` starts; the session creates a
 uniquely named database through the `postgres` maintenance database and drops it at the end, so runs never see
 each other's tables."""
 

@@ -10,21 +10,18 @@ import numpy as np
 import torch
 from PIL import Image
 
+from benchmarks.transformers_reference import load_model, load_processor
 from pipeline.engine.attention import causal_attention
 
 
 @cache
 def hf_processor(directory: Path):
-    from transformers import AutoProcessor
-
-    return AutoProcessor.from_pretrained(str(directory))
+    return load_processor(directory)
 
 
 @cache
 def hf_model(directory: Path, dtype: torch.dtype = torch.float32):
-    from transformers import PaddleOCRVLForConditionalGeneration
-
-    return PaddleOCRVLForConditionalGeneration.from_pretrained(str(directory), dtype=dtype).eval()
+    return load_model(directory, dtype)
 
 
 def hf_inputs(directory: Path, messages: list[dict[str, Any]]) -> dict[str, torch.Tensor]:

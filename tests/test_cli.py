@@ -50,6 +50,7 @@ def test_demo_turns_a_sample_pdf_into_markdown_and_overlays_and_says_the_tiny_mo
     labels = {region["label"]: region["source"] for page in result["pages"] for region in page["regions"]}
     assert (labels["table"], labels["display_formula"], labels["doc_title"]) == ("model", "model", "text-layer")
     assert labels["image"] == "none" and (tmp_path / "tiny-checkpoint" / "model.safetensors").exists()
+    assert "Unrecognized keys" not in done.stderr  # writing and loading the model built no transformers config
 
 
 def test_demo_uses_the_model_when_it_is_on_this_machine_and_calls_nothing_noise(tmp_path, tiny_checkpoint):
@@ -67,6 +68,7 @@ def test_recognize_refuses_a_pdf_and_a_non_image_by_code_and_points_at_process(t
     assert [json.loads(line)["error"] for line in done.stdout.splitlines()] == ["undecodable", "not_an_image"]
     assert f"error: {pdf}: a PDF document, not an image" in done.stderr and f"`quire process {pdf}`" in done.stderr
     assert f"`quire process {bad}`" in done.stderr and "BytesIO" not in done.stderr + done.stdout
+    assert "Unrecognized keys" not in done.stderr  # the engine loaded without transformers' rope warning
 
 
 def _without(tiny_checkpoint: Path, directory: Path, name: str) -> Path:

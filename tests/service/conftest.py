@@ -2,7 +2,7 @@
 process, no Redis, no Postgres), and `quire serve` beside a CPU and a GPU `quire worker` (distributed: the real
 Postgres, the real Redis and real Celery workers). Both run on the session's tiny checkpoint with fast settings.
 
-Redis is the one at 127.0.0.1:6379 that `.ci/run` starts; each run takes a numbered Redis database of its own
+Redis is the one at 127.0.0.1:6379 that `make test` starts; each run takes a numbered Redis database of its own
 and empties it first, so a stale queue from an aborted run cannot leak in.
 
 The embedded service runs as a first-time user runs it, on 127.0.0.1 without API keys; the distributed one requires
@@ -114,7 +114,7 @@ def redis_url() -> str:
     try:
         client.flushdb()
     except redis.ConnectionError as exc:
-        pytest.fail(f"Redis at 127.0.0.1:6379 is not reachable (`.ci/run` starts it): {exc}")
+        pytest.fail(f"Redis at 127.0.0.1:6379 is not reachable (`make test` starts it): {exc}")
     return url
 
 

@@ -36,7 +36,7 @@ new MutationObserver(() => {
   if (text && text !== window.seenStatuses.at(-1)) window.seenStatuses.push(text);
 }).observe(document.getElementById("status-text"), {childList: true, characterData: true, subtree: true});
 """
-INSTALL = "apt-get update && apt-get install -y chromium chromium-driver"
+INSTALL = "`make test` installs them as root (scripts/test-setup), or apt-get install -y chromium chromium-driver"
 
 
 @pytest.fixture(scope="module")
