@@ -35,7 +35,7 @@ def add_page(db: Engine, document_id: str, index: int, status: str = "succeeded"
             session.add(Region(page_id=page.id, index=order, reading_order=order, label="text", score=0.9,
                                bbox_px=box, bbox_pt=[value * 0.72 for value in box],
                                task="ocr", status=region_status, source="model" if done else None,
-                               text=f"line {order}" if done else None))
+                               text=f"Line {order}." if done else None))
 
 
 def set_document(db: Engine, document_id: str, **values: object) -> None:
@@ -102,7 +102,7 @@ def test_a_page_is_its_result_json_with_its_live_status(client: TestClient, db: 
         expected = page_json(page_output(row), None)
     image_url = f"http://testserver/v1/documents/{document_id}/pages/1/image"
     assert first == expected | {"number": 1, "image_url": image_url}
-    assert first["markdown"] == "line 0\n\nline 1" and [r["text"] for r in first["regions"]] == ["line 0", "line 1"]
+    assert first["markdown"] == "Line 0.\n\nLine 1." and [r["text"] for r in first["regions"]] == ["Line 0.", "Line 1."]
     second = client.get(f"/v1/documents/{document_id}/pages/2").json()
     assert (second["number"], second["index"], second["status"]) == (2, 1, "processing")
     for number in (0, 3, -1):
