@@ -57,6 +57,7 @@ class EngineConfig:
     gpu_memory_fraction: float = 0.8
     num_blocks: int | None = None
     enable_prefix_caching: bool = True
+    prefix_cache_tokens: int = 262144  # finished requests' KV kept findable: 10-18 MB of host memory
     encoder_cache_tokens: int = 16384
     cuda_graphs: bool = True
     attention: str = "auto"
@@ -69,7 +70,8 @@ class EngineConfig:
                        max_num_batched_tokens=tokens)
 
     def scheduler(self) -> SchedulerConfig:
-        return SchedulerConfig(self.max_num_seqs, self.max_num_batched_tokens, self.block_size)
+        return SchedulerConfig(self.max_num_seqs, self.max_num_batched_tokens, self.block_size,
+                               self.prefix_cache_tokens)
 
 
 DEFAULT_CPU_KV_MEMORY = 512 * 1024 * 1024
