@@ -32,6 +32,7 @@ from .devices import (
     resolve_dtype,
 )
 from .encoder_cache import EncoderCache, image_hash
+from .host_memory import MemoryTrimmer
 from .model.loader import load_model, resolve_checkpoint
 from .model.paddleocr_vl import PaddleOCRVL
 from .model.rope import get_rope_index
@@ -108,6 +109,7 @@ class Engine:
         self._steps = self._step_sequences = 0  # steps run, and the sequences in them all together
         self._bound_threads: set[int] = set()
         self.clock = PhaseClock(model.device)
+        self.trimmer = MemoryTrimmer()
 
     @classmethod
     def from_pretrained(cls, path_or_id: str | Path, **config: object) -> Engine:
@@ -340,6 +342,7 @@ class Engine:
 
     def _loop(self) -> None:
         while not self._closed:
+            self.trimmer.maybe_trim()
             self._drain_inbox()
             if not self.has_unfinished():
                 self._wake.wait(timeout=0.5)
