@@ -342,12 +342,13 @@ class Engine:
 
     def _loop(self) -> None:
         while not self._closed:
-            self.trimmer.maybe_trim()
             self._drain_inbox()
             if not self.has_unfinished():
+                self.trimmer.idle()
                 self._wake.wait(timeout=0.5)
                 self._wake.clear()
                 continue
+            self.trimmer.busy()
             try:
                 self.step()
             except Exception as exc:  # a broken step fails its requests, never the loop, unless the GPU is gone

@@ -1,4 +1,4 @@
-"""Freed host memory handed back to the system now and then, from the engine's loop thread.
+"""Freed host memory handed back to the system when the engine goes idle and now and then while it is busy.
 
 A resident engine allocates and frees tensors of new sizes every step (prefill chunks of any length, batches of any
 size). glibc keeps freed memory in its arenas for reuse and gives it back to the system only from the top of a
@@ -17,7 +17,9 @@ TRIM_INTERVAL_S = 10.0
 
 
 class MemoryTrimmer:
-    """Calls glibc's malloc_trim at most once per `interval_s`; does nothing on a C library without it."""
+    """Calls glibc's malloc_trim when the engine goes idle after work, and while it stays busy at most once per
+    `interval_s`; does nothing on a C library without it. Idle is when a worker has the most to give back (a batch's
+    tensors all freed) and nothing to slow down."""
 
     def __init__(self, interval_s: float = TRIM_INTERVAL_S, clock: Callable[[], float] = time.monotonic) -> None:
         self.interval_s = interval_s
@@ -25,14 +27,25 @@ class MemoryTrimmer:
         self.trims = 0
         self._trim = _malloc_trim()
         self._last = clock()
+        self._worked = False
 
-    def maybe_trim(self) -> None:
-        """Trim if the interval has passed since the last trim (or since this trimmer was made)."""
-        now = self.clock()
-        if self._trim is not None and now - self._last >= self.interval_s:
+    def busy(self) -> None:
+        """A step is about to run: trim if the interval has passed since the last trim."""
+        self._worked = True
+        if self.clock() - self._last >= self.interval_s:
+            self._run()
+
+    def idle(self) -> None:
+        """Nothing is left to run: trim if any step ran since the last trim."""
+        if self._worked:
+            self._run()
+
+    def _run(self) -> None:
+        if self._trim is not None:
             self._trim(0)
-            self._last = now
             self.trims += 1
+        self._last = self.clock()
+        self._worked = False
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
