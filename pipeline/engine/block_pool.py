@@ -6,6 +6,12 @@ room and evicts it. Free blocks wait in two queues so that every operation is O(
 size: never-cached blocks first, then cached ones least recently freed first (vLLM's automatic prefix
 caching semantics), so a cached block is evicted only when no blank one is left. The counters are what
 tests use to prove that aborts and finishes leak nothing.
+
+Each entry costs host memory (its key and digest and their places in the tables: 600 to 1,100 bytes, traced), so
+the free blocks that stay findable are capped (`max_cached_free`). Uncapped, blank blocks going first meant that
+every block a request computed kept its entry until every block of the pool had one: the tiny checkpoint's
+131,072-block pool on a CPU took 13 blocks a region, about 9 KiB, for its first 10,000 regions, and a GPU's pool
+of a million blocks would hold a gigabyte of entries.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BlockKey:
     """What a cached block holds: compared on every hit, so a hash collision can never serve wrong KV."""
 
@@ -33,10 +39,13 @@ class BlockKey:
 
 
 class BlockPool:
-    def __init__(self, num_blocks: int) -> None:
+    def __init__(self, num_blocks: int, max_cached_free: int | None = None) -> None:
+        """`max_cached_free`: free blocks that keep their entry at most (None: every block may), the least recently
+        freed forgotten first."""
         if num_blocks < 1:
             raise ValueError("the KV cache needs at least one block")
         self.num_blocks = num_blocks
+        self.max_cached_free = num_blocks if max_cached_free is None else max_cached_free
         self.ref_counts = [0] * num_blocks
         # A stack popping the lowest ids first: a fresh pool, or a table released whole, comes back consecutive.
         self.uncached = list(range(num_blocks - 1, -1, -1))
@@ -69,6 +78,10 @@ class BlockPool:
     def _pop(self) -> int:
         if self.uncached:
             return self.uncached.pop()
+        return self._evict_oldest()
+
+    def _evict_oldest(self) -> int:
+        """Take the least recently freed cached block off the LRU and forget its entry."""
         block = self.lru.popitem(last=False)[0]
         digest, _ = self.keys.pop(block)
         del self.cached[digest]
@@ -84,6 +97,8 @@ class BlockPool:
             if self.ref_counts[block] == 0:
                 if block in self.keys:
                     self.lru[block] = None
+                    if len(self.lru) > self.max_cached_free:
+                        self.uncached.append(self._evict_oldest())
                 else:
                     self.uncached.append(block)
 

@@ -32,6 +32,7 @@ from .devices import (
     resolve_dtype,
 )
 from .encoder_cache import EncoderCache, image_hash
+from .host_memory import MemoryTrimmer
 from .model.loader import load_model, resolve_checkpoint
 from .model.paddleocr_vl import PaddleOCRVL
 from .model.rope import get_rope_index
@@ -57,6 +58,7 @@ class EngineConfig:
     gpu_memory_fraction: float = 0.8
     num_blocks: int | None = None
     enable_prefix_caching: bool = True
+    prefix_cache_tokens: int = 262144  # finished requests' KV kept findable: 10-18 MB of host memory
     encoder_cache_tokens: int = 16384
     cuda_graphs: bool = True
     attention: str = "auto"
@@ -69,7 +71,8 @@ class EngineConfig:
                        max_num_batched_tokens=tokens)
 
     def scheduler(self) -> SchedulerConfig:
-        return SchedulerConfig(self.max_num_seqs, self.max_num_batched_tokens, self.block_size)
+        return SchedulerConfig(self.max_num_seqs, self.max_num_batched_tokens, self.block_size,
+                               self.prefix_cache_tokens)
 
 
 DEFAULT_CPU_KV_MEMORY = 512 * 1024 * 1024
@@ -106,6 +109,7 @@ class Engine:
         self._steps = self._step_sequences = 0  # steps run, and the sequences in them all together
         self._bound_threads: set[int] = set()
         self.clock = PhaseClock(model.device)
+        self.trimmer = MemoryTrimmer()
 
     @classmethod
     def from_pretrained(cls, path_or_id: str | Path, **config: object) -> Engine:
@@ -340,9 +344,11 @@ class Engine:
         while not self._closed:
             self._drain_inbox()
             if not self.has_unfinished():
+                self.trimmer.idle()
                 self._wake.wait(timeout=0.5)
                 self._wake.clear()
                 continue
+            self.trimmer.busy()
             try:
                 self.step()
             except Exception as exc:  # a broken step fails its requests, never the loop, unless the GPU is gone

@@ -15,8 +15,10 @@ from .sequence import Sequence
 
 
 class KVCacheManager:
-    def __init__(self, num_blocks: int, block_size: int, enable_caching: bool = True) -> None:
-        self.pool = BlockPool(num_blocks)
+    def __init__(self, num_blocks: int, block_size: int, enable_caching: bool = True,
+                 cached_tokens: int | None = None) -> None:
+        """`cached_tokens`: tokens of finished requests' KV kept findable at most (None: the whole pool)."""
+        self.pool = BlockPool(num_blocks, None if cached_tokens is None else cached_tokens // block_size)
         self.block_size = block_size
         self.enable_caching = enable_caching
         self.query_tokens = 0

@@ -24,6 +24,7 @@ class SchedulerConfig:
     max_num_seqs: int = 32
     max_num_batched_tokens: int = 4096
     block_size: int = 16
+    prefix_cache_tokens: int | None = None  # freed KV kept findable at most (None: the whole pool)
 
 
 @dataclass
@@ -39,7 +40,8 @@ class Step:
 class Scheduler:
     def __init__(self, config: SchedulerConfig, num_blocks: int, enable_prefix_caching: bool = True) -> None:
         self.config = config
-        self.kv_cache = KVCacheManager(num_blocks, config.block_size, enable_prefix_caching)
+        self.kv_cache = KVCacheManager(num_blocks, config.block_size, enable_prefix_caching,
+                                       config.prefix_cache_tokens)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.preemptions = 0

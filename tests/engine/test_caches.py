@@ -92,3 +92,19 @@ def test_cached_blocks_are_evicted_least_recently_used_first(tiny_checkpoint):
     assert len(kv_cache.find(engine.prepare(newer))[0]) == hits_newer
     assert engine.generate([older])[0].cached_tokens == (hits_older - 1) * 4
     assert min(pool.ref_counts) == 0 and pool.num_free == pool.num_blocks
+
+
+def test_however_many_requests_pass_the_prefix_cache_keeps_its_budget_of_finished_ones_findable(tiny_checkpoint):
+    """Each entry costs host memory (600 to 1,100 bytes), and every full block a request computed used to keep one
+    until the whole pool held entries: on this checkpoint's default pool of 131,072 blocks a GPU worker grew for
+    ten thousand requests. By default 262,144 tokens (16,384 blocks) of finished requests stay findable, the
+    most recent ones."""
+    engine = Engine.from_pretrained(tiny_checkpoint)
+    budget = 262_144 // engine.config.block_size
+    assert engine.pool.num_blocks > 4 * budget
+    requests = [_text(f"page {i} " + " ".join(f"w{i}x{j}" for j in range(400))) for i in range(110)]
+    engine.generate(requests)
+    assert sum(-(-len(engine.prepare(r).token_ids) // engine.config.block_size) for r in requests) > budget * 1.1
+    assert len(engine.pool.keys) == engine.pool.num_cached == budget
+    assert engine.generate([requests[-1]])[0].cached_tokens > 0
+    assert engine.pool.num_free == engine.pool.num_blocks

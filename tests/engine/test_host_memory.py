@@ -1,0 +1,79 @@
+"""Freed host memory goes back to the system while the engine runs, so a worker's resident memory follows what it
+holds rather than the highest its heap ever reached."""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from pathlib import Path
+
+from pipeline.engine.engine import Engine
+from pipeline.engine.host_memory import MemoryTrimmer
+from pipeline.engine.request import Request
+from tests.reference import random_image
+
+CHUNK, CHUNKS = 4000, 20_000  # 80 MB in chunks under glibc's mmap threshold: they come from the heap
+
+
+def _rss_kib() -> int:
+    status = Path("/proc/self/status").read_text()
+    return next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:"))
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_memory_freed_below_a_live_block_goes_back_once_the_interval_has_passed():
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    clock = FakeClock()
+    trimmer = MemoryTrimmer(interval_s=10, clock=clock)
+    chunks = [libc.malloc(CHUNK) for _ in range(CHUNKS)]
+    for chunk in chunks:
+        ctypes.memset(chunk, 1, CHUNK)
+    for chunk in chunks[:-1]:  # the last one keeps the heap's top where it is, so free() cannot give any back
+        libc.free(ctypes.c_void_p(chunk))
+    held = _rss_kib()
+    trimmer.busy()
+    assert trimmer.trims == 0 and _rss_kib() > held - 10_000
+    clock.now = 10.0
+    trimmer.busy()
+    libc.free(ctypes.c_void_p(chunks[-1]))
+    assert trimmer.trims == 1
+    assert _rss_kib() < held - 60_000, f"{held} KiB before the trim"
+
+
+def test_while_busy_a_trim_waits_for_the_interval_since_the_last_one():
+    clock = FakeClock()
+    trimmer = MemoryTrimmer(interval_s=10, clock=clock)
+    for now in (5.0, 10.0, 15.0, 19.0, 20.0):
+        clock.now = now
+        trimmer.busy()
+    assert trimmer.trims == 2  # at 10 and at 20
+
+
+def test_going_idle_trims_once_after_work_and_never_for_nothing():
+    trimmer = MemoryTrimmer(interval_s=10, clock=FakeClock())
+    trimmer.idle()
+    assert trimmer.trims == 0
+    trimmer.busy()
+    trimmer.idle()
+    trimmer.idle()
+    assert trimmer.trims == 1
+
+
+def test_the_engine_loop_trims_once_its_work_is_done(tiny_checkpoint):
+    engine = Engine.from_pretrained(tiny_checkpoint)
+    try:
+        out = engine.submit(Request(images=[random_image(120, 80)], max_tokens=4)).result(timeout=120)
+        deadline = time.monotonic() + 10
+        while engine.trimmer.trims == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        engine.close()
+    assert out.generated_tokens > 0 and engine.trimmer.trims == 1
