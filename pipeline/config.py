@@ -27,6 +27,7 @@ class Settings(BaseSettings):
     kv_cache_memory: PositiveInt | None = None  # bytes of KV cache; None: kv_cache_fraction of the free GPU memory
     # share of the GPU memory free when the engine starts: a layout model on that GPU must be loaded before it
     kv_cache_fraction: Annotated[float, Field(gt=0.0, le=1.0)] = 0.8
+    prefix_cache_tokens: PositiveInt = 262144  # finished requests' KV kept findable; each block's entry is host memory
     cuda_graphs: bool = True  # decode steps replayed as CUDA graphs; QUIRE_CUDA_GRAPHS=0 runs them eagerly
     # the decoder's and the head's weights, quantized as they load (a checkpoint written by `quire models quantize`
     # loads in its own scheme); QUIRE_QUANTIZATION_GROUP_SIZE: int4's group (32, 64 or 128; None: 64)

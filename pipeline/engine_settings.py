@@ -26,7 +26,8 @@ def engine_kwargs(settings: Settings) -> dict[str, object]:
     settings first, so the layout device follows it too)."""
     return {"device": settings.device, "dtype": settings.dtype, "max_num_seqs": settings.max_num_seqs,
             "max_num_batched_tokens": settings.max_num_batched_tokens, "kv_cache_memory": settings.kv_cache_memory,
-            "gpu_memory_fraction": settings.kv_cache_fraction, "cuda_graphs": settings.cuda_graphs,
+            "gpu_memory_fraction": settings.kv_cache_fraction, "prefix_cache_tokens": settings.prefix_cache_tokens,
+            "cuda_graphs": settings.cuda_graphs,
             "quantization": settings.quantization, "group_size": settings.quantization_group_size}
 
 
