@@ -3,7 +3,7 @@
 # the GPU worker under the NVIDIA container runtime and the rest on CPUs.
 FROM python:3.11-slim
 
-# g++: torch compiles the CPU paged-decode kernel (pipeline/engine/csrc) the first time a CPU engine starts.
+# g++: torch compiles the CPU paged-decode kernel (pipeline/engine/ops/csrc) the first time a CPU engine starts.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends g++ \
     && rm -rf /var/lib/apt/lists/*

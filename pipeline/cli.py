@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     """The one place a model or a database that cannot be loaded becomes one message and exit status 2."""
     from .db.errors import DatabaseUnavailable
-    from .engine.errors import CheckpointError
+    from .engine.model.errors import CheckpointError
 
     try:
         return command(args)

@@ -37,8 +37,8 @@ from pipeline.documents.stream import (
     process_stream,
 )
 from pipeline.engine.devices import resolve_device
-from pipeline.engine.errors import CheckpointError
 from pipeline.engine.images import ImageSettings
+from pipeline.engine.model.errors import CheckpointError
 from pipeline.engine.model.loader import local_checkpoint
 from pipeline.engine_settings import layout_device, pages_in_flight, task_max_tokens, weights_scheme
 
@@ -180,7 +180,7 @@ def load_engine(model: str | None, settings: Settings) -> Engine:
     """The engine on `model`; ModelUnavailable (with the loader's code and message: what is wrong, how to get it)
     if it cannot load, or if no model was asked for."""
     from pipeline.engine.engine import Engine
-    from pipeline.engine.errors import CheckpointError
+    from pipeline.engine.model.errors import CheckpointError
     from pipeline.engine_settings import engine_kwargs
 
     if model is None:
@@ -193,7 +193,7 @@ def load_engine(model: str | None, settings: Settings) -> Engine:
 
 def model_revision(model: str | None, scheme: str = "none") -> str | None:
     """The hub commit or the weights' fingerprint (see revision.py), or None when it cannot be told."""
-    from pipeline.engine.errors import CheckpointError
+    from pipeline.engine.model.errors import CheckpointError
     from pipeline.engine.model.loader import resolve_checkpoint
     from pipeline.engine.model.revision import checkpoint_revision
 

@@ -19,7 +19,7 @@ from .config import get_settings
 
 if TYPE_CHECKING:
     from .engine.model.quantization import Quantization
-    from .engine.model.verify import Check
+    from .engine.verify import Check
 
 
 def add_model_parsers(commands: argparse._SubParsersAction) -> None:
@@ -116,7 +116,7 @@ def _checks_for(directory: Path) -> list[Check] | None:
     except (OSError, ValueError, AttributeError):
         model_type = None
     if model_type == "paddleocr_vl":
-        from .engine.model.verify import CHECKS
+        from .engine.verify import CHECKS
 
         return CHECKS
     if model_type in ("pp_doclayout_v2", "pp_doclayout_v3"):

@@ -11,7 +11,7 @@ import torch
 from PIL import Image
 
 from benchmarks.transformers_reference import load_model, load_processor
-from pipeline.engine.attention import causal_attention
+from pipeline.engine.ops.attention import causal_attention
 
 
 @cache

@@ -17,10 +17,10 @@ from pipeline.config import Settings
 from pipeline.documents.lazy_recognizer import ABSENT, NO_MODEL, ModelUnavailable, SkippingRecognizer
 from pipeline.documents.recognize import EngineRecognizer, Recognizer
 from pipeline.engine.engine import Engine
-from pipeline.engine.errors import CheckpointError
+from pipeline.engine.model.errors import CheckpointError
 from pipeline.engine.model.loader import resolve_checkpoint
 from pipeline.engine.model.revision import checkpoint_revision
-from pipeline.engine.model.verify import CHECKS
+from pipeline.engine.verify import CHECKS
 from pipeline.engine_settings import engine_kwargs, task_max_tokens, weights_scheme
 from pipeline.jobs.model_status import ModelStatus
 

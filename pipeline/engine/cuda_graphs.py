@@ -14,8 +14,9 @@ import math
 
 import torch
 
-from .attention import FusedPagedAttention, PagedKVCache
+from .kv_cache import PagedKVCache
 from .model.paddleocr_vl import PaddleOCRVL
+from .ops.attention import FusedPagedAttention
 from .step_batch import StepBatch
 
 log = logging.getLogger(__name__)

@@ -19,8 +19,6 @@ from pathlib import Path
 
 import torch
 
-from .attention import PagedKVCache
-from .cpu_kernels import allowed_cores, configure_cpu_threads, prepack_linears, serial_torch
 from .detokenizer import IncrementalDetokenizer
 from .devices import (
     MAX_NUM_BATCHED_TOKENS,
@@ -33,9 +31,12 @@ from .devices import (
 )
 from .encoder_cache import EncoderCache, image_hash
 from .host_memory import MemoryTrimmer
+from .kv_cache import PagedKVCache
 from .model.loader import load_model, resolve_checkpoint
-from .model.paddleocr_vl import PaddleOCRVL
+from .model.paddleocr_vl import LINEARS, PaddleOCRVL
 from .model.rope import get_rope_index
+from .ops.cpu_threads import allowed_cores, configure_cpu_threads, serial_torch
+from .ops.prepack import prepack_linears
 from .phase_clock import PhaseClock
 from .processor import Processor, Prompt
 from .request import Delta, EngineError, Output, Request
@@ -93,7 +94,7 @@ class Engine:
         with serial_torch():  # the thread that builds an engine seldom runs its steps: see serial_torch
             self.cache = PagedKVCache(text.num_hidden_layers, num_blocks, config.block_size,
                                       text.num_key_value_heads, text.head_dim, model.dtype, model.device)
-            prepack_linears(model, config.max_num_seqs)
+            prepack_linears(model, config.max_num_seqs, LINEARS)
             self.runner = ModelRunner(model, self.cache, self.encoder_cache, config.attention, config.max_num_seqs,
                                       config.cuda_graphs, processor.table)
         self.sequences: dict[str, Sequence] = {}

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from .errors import CheckpointError
 from .model.config import FETCH_AGAIN, read_json
+from .model.errors import CheckpointError
 
 Grid = tuple[int, int, int]  # (t, h, w) in patches, as model/rope.py takes it
 

@@ -20,9 +20,9 @@ from jinja2 import TemplateSyntaxError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from PIL import Image
 
-from .errors import CheckpointError
 from .images import ImageSettings, ModelImage, load_image, model_image, normalization_table
 from .model.config import FETCH_AGAIN, read_json
+from .model.errors import CheckpointError
 from .model.rope import Grid
 from .prompts import PROMPT_TASKS
 

@@ -18,13 +18,15 @@ import numpy as np
 import torch
 
 from . import step_batch
-from .attention import Chunk, FusedPagedAttention, PagedAttention, PagedKVCache, VarlenAttention
-from .cpu_kernels import KernelVisionAttention, extension_module, vision_kernel_usable
 from .cuda_graphs import DecodeGraphs
 from .encoder_cache import EncoderCache
 from .images import ImageSettings
-from .model.paddleocr_vl import PaddleOCRVL, SplitAttention, VisionAttend
+from .kv_cache import PagedKVCache
+from .model.paddleocr_vl import PaddleOCRVL, VisionAttend
 from .model.vision_layout import VisionLayout
+from .ops.attention import Chunk, FusedPagedAttention, PagedAttention
+from .ops.extension import extension_module
+from .ops.vision_attention import KernelVisionAttention, SplitAttention, VarlenAttention, vision_kernel_usable
 from .processor import normalization, normalize
 from .scheduler import Step
 from .sequence import Sequence
@@ -76,7 +78,7 @@ class ModelRunner:
         self._encode_missing_images(step)
         batch = step_batch.build(step, self.block_size, self._window_images(step))
         if self.block_q:
-            from .triton_attention import work_items
+            from .ops.triton_attention import work_items
 
             batch.work_seq, batch.work_row = work_items(np.diff(batch.query_start), self.block_q)
         return batch, self.uploader.upload(batch)
@@ -99,8 +101,8 @@ class ModelRunner:
         return PagedAttention(self.cache, tensors["slots"].long(), chunks, self.decode_kernel)
 
     def _query_block(self) -> int:
-        """Query rows per Triton program, fixed by the model's head counts (triton_attention.query_block)."""
-        from .triton_attention import query_block
+        """Query rows per Triton program, fixed by the model's head counts (ops/triton_attention.py's query_block)."""
+        from .ops.triton_attention import query_block
 
         text = self.model.config.text
         return query_block(text.num_attention_heads, text.num_key_value_heads)

@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import torch
 
+from pipeline.engine import engine as engine_module
 from pipeline.engine.engine import Engine
+from pipeline.engine.ops import prepack
 from pipeline.engine.request import EngineError, Request
 from tests.reference import assert_engine_equals_transformers, random_image, user_turn
 
@@ -133,3 +136,15 @@ def test_stream_of_a_refused_request_raises(tiny_checkpoint):
             asyncio.run(consume())
     finally:
         engine.close()
+
+
+def test_an_engine_is_built_without_parallel_torch_work_in_the_building_thread(tiny_checkpoint, monkeypatch):
+    """The loop thread's OpenMP pool must be the process's only one: a second, left by the thread that loaded the
+    model, made every step 35-55 % slower (serial_torch's docstring)."""
+    seen = []
+    real = prepack.prepack_linears
+    monkeypatch.setattr(engine_module, "prepack_linears", lambda *args: seen.append(torch.get_num_threads())
+                        or real(*args))
+    threads = torch.get_num_threads()
+    Engine.from_pretrained(tiny_checkpoint).close()
+    assert seen == [1] and torch.get_num_threads() == threads

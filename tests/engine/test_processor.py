@@ -12,8 +12,8 @@ import pytest
 import torch
 from PIL import Image
 
-from pipeline.engine.errors import CheckpointError
 from pipeline.engine.images import TASK_IMAGE_SETTINGS, ImageError, ImageSettings, model_image, smart_resize
+from pipeline.engine.model.errors import CheckpointError
 from pipeline.engine.processor import Processor, normalize, preprocess_image
 from pipeline.engine.prompts import TASK_PROMPTS
 from pipeline.samples.tiny_checkpoint import TinySpec

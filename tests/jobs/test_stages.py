@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 from pipeline.db.models import Document, Page, RecognitionCache, Region
 from pipeline.db.session import session_scope
 from pipeline.documents.assemble import load_schema
-from pipeline.engine.errors import CheckpointError
+from pipeline.engine.model.errors import CheckpointError
 from pipeline.engine.scheduler import Step
 from pipeline.jobs.cancel import cancel_document
 from pipeline.jobs.graph import GRAPH, run_stage

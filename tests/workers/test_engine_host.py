@@ -9,7 +9,7 @@ from PIL import Image
 
 from pipeline.config import Settings
 from pipeline.documents.recognize import RecognitionTask
-from pipeline.engine.errors import CheckpointError
+from pipeline.engine.model.errors import CheckpointError
 from workers.engine_host import EngineHost
 
 

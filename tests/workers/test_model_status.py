@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
-from pipeline.engine.errors import CheckpointError
+from pipeline.engine.model.errors import CheckpointError
 from pipeline.jobs.model_status import ModelStatus
 from tests.workers.checkpoints import (
     REDIS,

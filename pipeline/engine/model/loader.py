@@ -17,8 +17,8 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import nn
 
-from ..errors import CheckpointError
 from .config import FETCH_AGAIN, ModelConfig, read_json
+from .errors import CheckpointError
 from .paddleocr_vl import PaddleOCRVL
 from .quantization import Quantization, QuantizedLinear, install, is_quantized_module
 

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..attention import heads_attention
+from ..ops.vision_attention import SplitAttention
 from .config import ModelConfig, TextConfig, VisionConfig
 from .rope import Grid, MRope, VisionRope, apply_rope
 from .vision_layout import VisionLayout
@@ -41,17 +41,6 @@ class VisionAttend(Protocol):
     """Attention within each frame of a packed vision batch; q/k/v (N, H, D) → (N, H, D)."""
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor: ...
-
-
-class SplitAttention:
-    """SDPA frame by frame: on a CPU its flash kernel beats a block-diagonal mask over the whole batch."""
-
-    def __init__(self, layout: VisionLayout) -> None:
-        self.lengths = layout.lengths
-
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        parts = zip(q.split(self.lengths), k.split(self.lengths), v.split(self.lengths), strict=True)
-        return torch.cat([heads_attention(qi, ki, vi) for qi, ki, vi in parts])
 
 
 class Attention(Protocol):
@@ -82,6 +71,9 @@ class StackedLinear(nn.Linear):
     def __init__(self, in_features: int, parts: list[tuple[str, int]], bias: bool = False) -> None:
         super().__init__(in_features, sum(size for _, size in parts), bias=bias)
         self.parts = parts
+
+
+LINEARS = (nn.Linear, StackedLinear)  # the exact types whose forward is nn.Linear's: what a CPU engine prepacks
 
 
 class DecoderAttention(nn.Module):

@@ -25,13 +25,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..ops.int_linear import (
+    has_kernel,
+    int4_kernel_takes,
+    int4_panels,
+    pack_int4,
+    panel_extension,
+    to_panels,
+    unpack_int4,
+)
+
 QUANTIZATIONS = ("none", "int8", "int4")
 GROUP_SIZES = (32, 64, 128)
 DEFAULT_GROUP_SIZE = 64
 KERNEL_DTYPE = torch.bfloat16
 QUANTIZED_MODULES = re.compile(r"^(lm_head|model\.layers\.\d+\.(self_attn|mlp)\.\w+)$")
 _REFITS = 4  # least-squares refits of each int4 group's scale and zero: 5-6% less error than min/max alone
-PANEL = 16  # output columns per panel of the extension's kernels
 _CHUNK_ROWS = 4096  # quantize in row chunks, so the temporaries stay a few MB for the 103k-row head
 
 
@@ -138,11 +147,6 @@ def _refit(groups: torch.Tensor, levels: torch.Tensor, scale: torch.Tensor,
     return new_scale, torch.where(spread > 0, value_mean - new_scale * level_mean, low)
 
 
-def unpack_int4(qweight: torch.Tensor) -> torch.Tensor:
-    """(N, K/2) bytes, high nibble first → (N, K) levels 0..15."""
-    return torch.stack([qweight >> 4, qweight & 15], dim=-1).reshape(qweight.shape[0], -1)
-
-
 class QuantizedLinear(nn.Module, ABC):
     """A bias-free linear holding its weight as integers plus bf16 scales; it returns the model dtype.
 
@@ -202,27 +206,6 @@ class QuantizedLinear(nn.Module, ABC):
         """The float weight (N, K) the quantized one stands for, in the model dtype."""
 
 
-def panel_extension(device: torch.device) -> ModuleType | None:
-    """The engine's CPU extension for a CPU weight, None elsewhere or where it is disabled or cannot build."""
-    if device.type != "cpu":
-        return None
-    from ..cpu_kernels import extension_module  # imported late: cpu_kernels imports the model package
-
-    return extension_module()
-
-
-def to_panels(rows: torch.Tensor) -> torch.Tensor:
-    """(N, ...) → (P, ..., 16), N padded to P·16 with zeros: each panel's columns side by side, so a thread streams
-    a panel's weight in one contiguous run."""
-    padded = F.pad(rows, (0, 0) * (rows.dim() - 1) + (0, -rows.shape[0] % PANEL))
-    return padded.reshape(-1, PANEL, *rows.shape[1:]).movedim(1, -1).contiguous()
-
-
-def has_kernel(op: str, device: torch.device) -> bool:
-    key = {"cpu": "CPU", "cuda": "CUDA"}.get(device.type)
-    return key is not None and torch._C._dispatch_has_kernel_for_dispatch_key(op, key)
-
-
 class Int8Linear(QuantizedLinear):
     def __init__(self, scheme: Quantization, in_features: int, out_features: int, dtype: torch.dtype,
                  device: torch.device) -> None:
@@ -271,18 +254,15 @@ class Int4Linear(QuantizedLinear):
         if extension is not None:
             self._pack_panels(extension)
             return
-        if not _int4_kernel_takes(self.device, self.out_features, self.in_features):
+        if not int4_kernel_takes(self.device, self.out_features, self.in_features):
             return
-        self.qweight = _pack_int4(self.qweight, self.in_features)
+        self.qweight = pack_int4(self.qweight, self.in_features)
         self.scales = torch.stack([self.scales, self.zeros], dim=-1).transpose(0, 1).contiguous()
         del self.zeros
         self.kernel = True
 
     def _pack_panels(self, extension: ModuleType) -> None:
-        """Byte j of a panel's row k holds column j's level in its low nibble and column j + 8's in its high one,
-        so one byte load feeds both halves of the panel."""
-        levels = to_panels(unpack_int4(self.qweight))
-        self.qweight = levels[..., :PANEL // 2] | levels[..., PANEL // 2:] << 4
+        self.qweight = int4_panels(self.qweight)
         self.scales, self.zeros = to_panels(self.scales), to_panels(self.zeros)
         self.kernel, self.panel_op = True, extension.int4_linear
 
@@ -300,21 +280,6 @@ class Int4Linear(QuantizedLinear):
         levels = unpack_int4(self.qweight).reshape(self.out_features, -1, self.group_size).to(self.out_dtype)
         scales, zeros = self.scales.to(self.out_dtype)[..., None], self.zeros.to(self.out_dtype)[..., None]
         return ((levels - 8) * scales + zeros).reshape(self.out_features, self.in_features)
-
-
-def _int4_kernel_takes(device: torch.device, out_features: int, in_features: int) -> bool:
-    if device.type == "cpu":
-        return has_kernel("aten::_weight_int4pack_mm_for_cpu", device) and out_features % 16 == 0
-    if device.type == "cuda":
-        return has_kernel("aten::_weight_int4pack_mm", device) and out_features % 8 == 0 and in_features % 32 == 0
-    return False
-
-
-def _pack_int4(qweight: torch.Tensor, in_features: int) -> torch.Tensor:
-    if qweight.device.type == "cpu":
-        return torch.ops.aten._convert_weight_to_int4pack_for_cpu(unpack_int4(qweight).int(), 1)
-    inner_k_tiles = next(tiles for tiles in (8, 4, 2) if in_features % (tiles * 16) == 0)
-    return torch.ops.aten._convert_weight_to_int4pack(qweight, inner_k_tiles)
 
 
 def is_quantized_module(name: str) -> bool:

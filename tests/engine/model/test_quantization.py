@@ -13,8 +13,8 @@ from torch import nn
 
 from pipeline import cli
 from pipeline.engine.engine import Engine, EngineConfig
-from pipeline.engine.errors import CheckpointError
 from pipeline.engine.model import quantization
+from pipeline.engine.model.errors import CheckpointError
 from pipeline.engine.model.loader import load_model
 from pipeline.engine.model.paddleocr_vl import PaddleOCRVL, StackedLinear
 from pipeline.engine.model.quantization import (

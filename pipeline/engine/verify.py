@@ -13,10 +13,11 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
-from ..errors import CheckpointError
-from .config import ModelConfig
-from .loader import check_shape, checked_tensor_names
-from .paddleocr_vl import PaddleOCRVL
+from .model.config import ModelConfig
+from .model.errors import CheckpointError
+from .model.loader import check_shape, checked_tensor_names
+from .model.paddleocr_vl import PaddleOCRVL
+from .processor import Processor
 
 Check = tuple[str, Callable[[Path], str]]
 
@@ -46,8 +47,6 @@ def check_weights(directory: Path) -> str:
 
 
 def check_processor(directory: Path) -> str:
-    from ..processor import Processor
-
     processor = Processor.from_pretrained(directory)
     prompt = processor.render([{"role": "user", "content": "OCR:"}])
     return f"tokenizer and chat template load ({len(processor.tokenizer)} tokens, a prompt of {len(prompt)} chars)"

@@ -1,13 +1,13 @@
-"""Attention backends the decoder calls with its rotated q/k/v: the paged KV cache and its attention."""
+"""Attention backends the decoder calls with its rotated q/k/v over the paged KV cache, and the SDPA calls they and
+the vision tower share."""
 
 from __future__ import annotations
 
 from types import ModuleType
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
-
-from .model.vision_layout import VisionLayout
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, past: int) -> torch.Tensor:
@@ -24,26 +24,12 @@ def heads_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **options
     return out[0].transpose(0, 1)
 
 
-class PagedKVCache:
-    """Per-layer K and V pools of shape [num_blocks + 1, block_size, kv_heads, head_dim], allocated once.
+class KVPools(Protocol):
+    """The paged KV cache as the backends read it: per layer, K and V pools of [blocks, block_size, kv_heads,
+    head_dim] (the engine's PagedKVCache)."""
 
-    The extra block (`scratch_block`) is never handed out: the padding rows of a CUDA graph's fixed-size batch write
-    their K/V there and read it back, so they never touch a sequence's blocks.
-    """
-
-    def __init__(self, num_layers: int, num_blocks: int, block_size: int, kv_heads: int, head_dim: int,
-                 dtype: torch.dtype, device: torch.device | str) -> None:
-        shape = (num_layers, num_blocks + 1, block_size, kv_heads, head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
-        self.block_size = block_size
-        self.scratch_block = num_blocks
-
-    @staticmethod
-    def blocks_for_budget(memory_bytes: int, num_layers: int, block_size: int, kv_heads: int, head_dim: int,
-                          dtype: torch.dtype) -> int:
-        per_block = 2 * num_layers * block_size * kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
-        return memory_bytes // per_block
+    k: torch.Tensor
+    v: torch.Tensor
 
 
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -59,12 +45,12 @@ class PagedAttention:
     """Attention of one step's flat batch through block tables.
 
     New K/V are written to their slots first. Decode rows go to the compiled kernel in one call per layer
-    when there is one (see cpu_kernels.py); otherwise each gathers only its own blocks (padding every row to
+    when there is one (csrc/paged_decode.cpp); otherwise each gathers only its own blocks (padding every row to
     the longest context costs more than a short loop). Each prefill chunk attends its cached prefix plus
     itself under the causal mask (never unmasked: a later chunk's causality comes from it).
     """
 
-    def __init__(self, cache: PagedKVCache, slots: torch.Tensor, chunks: list[Chunk],
+    def __init__(self, cache: KVPools, slots: torch.Tensor, chunks: list[Chunk],
                  decode_kernel: ModuleType | None = None) -> None:
         self.cache, self.slots, self.kernel = cache, slots, decode_kernel
         decodes = [chunk for chunk in chunks if chunk.length == 1] if decode_kernel else []
@@ -95,11 +81,11 @@ class PagedAttention:
 class FusedPagedAttention:
     """Attention of one step in one Triton call per layer: every prefill chunk and decode row through the block tables.
 
-    The step's tensors (see step_batch.Uploader) are built once and shared by every layer; nothing here syncs with
-    the host, so a decode step runs the same way inside a CUDA graph.
+    The step's tensors (the engine's step_batch.Uploader) are built once and shared by every layer; nothing here syncs
+    with the host, so a decode step runs the same way inside a CUDA graph.
     """
 
-    def __init__(self, cache: PagedKVCache, tensors: dict[str, torch.Tensor]) -> None:
+    def __init__(self, cache: KVPools, tensors: dict[str, torch.Tensor]) -> None:
         from .triton_attention import paged_attention
 
         self.kernel = paged_attention
@@ -113,19 +99,6 @@ class FusedPagedAttention:
         k_pool.view(kv_shape).index_copy_(0, self.slots, k)
         v_pool.view(kv_shape).index_copy_(0, self.slots, v)
         return self.kernel(q, k_pool, v_pool, *self.meta, q.shape[-1] ** -0.5)
-
-
-class VarlenAttention:
-    """Every frame of a packed vision batch in one Triton call per layer: block-diagonal, non-causal."""
-
-    def __init__(self, layout: VisionLayout) -> None:
-        from .triton_attention import varlen_attention
-
-        self.kernel = varlen_attention
-        self.offsets, self.longest = layout.frame_offsets, max(layout.lengths)
-
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return self.kernel(q, k, v, self.offsets, self.longest, q.shape[-1] ** -0.5)
 
 
 class Chunk:

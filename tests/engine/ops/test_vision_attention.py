@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipeline.engine import cpu_kernels
-from pipeline.engine.attention import heads_attention
 from pipeline.engine.engine import Engine
-from pipeline.engine.model.paddleocr_vl import SplitAttention
 from pipeline.engine.model.vision_layout import VisionLayout
+from pipeline.engine.ops.attention import heads_attention
+from pipeline.engine.ops.extension import extension_module
+from pipeline.engine.ops.vision_attention import KernelVisionAttention, SplitAttention
 from pipeline.engine.request import Request
 from tests.reference import random_image
 
@@ -20,7 +20,7 @@ HEADS, DIM = 16, 72  # the real vision tower's
 
 @pytest.fixture(scope="module")
 def kernel():
-    module = cpu_kernels.extension_module()
+    module = extension_module()
     if module is None:
         pytest.skip("the CPU extension is not built here (disabled, or no compiler or ninja)")
     if not module.vision_attention_supported():
@@ -71,7 +71,7 @@ def test_the_attend_class_matches_split_attention(kernel):
     layout = VisionLayout([(1, 8, 12), (2, 4, 6)], 2, torch.device("cpu"))
     q, k, v = _model_views(sum(layout.lengths), seed=3)
     expected = SplitAttention(layout)(q, k, v)
-    torch.testing.assert_close(cpu_kernels.KernelVisionAttention(layout)(q, k, v), expected, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(KernelVisionAttention(layout)(q, k, v), expected, atol=2e-2, rtol=2e-2)
 
 
 def _tower_attention(checkpoint, dtype: str, monkeypatch) -> list[type]:
@@ -90,7 +90,7 @@ def _tower_attention(checkpoint, dtype: str, monkeypatch) -> list[type]:
 
 
 def test_the_runner_uses_the_kernel_for_a_bf16_tower(kernel, tiny_checkpoint, monkeypatch):
-    assert _tower_attention(tiny_checkpoint, "bfloat16", monkeypatch) == [cpu_kernels.KernelVisionAttention]
+    assert _tower_attention(tiny_checkpoint, "bfloat16", monkeypatch) == [KernelVisionAttention]
 
 
 def test_the_runner_keeps_sdpa_for_an_fp32_tower(tiny_checkpoint, monkeypatch):

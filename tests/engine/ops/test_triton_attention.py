@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 pytest.importorskip("triton")
 
-from pipeline.engine.triton_attention import (
+from pipeline.engine.ops.triton_attention import (
     paged_attention,
     query_block,
     varlen_attention,

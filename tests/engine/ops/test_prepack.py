@@ -1,0 +1,73 @@
+"""Prepacked linears give F.linear's results without keeping a second copy of their weights."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pipeline.engine.model.loader import load_model
+from pipeline.engine.model.paddleocr_vl import LINEARS
+from pipeline.engine.ops import prepack
+from pipeline.samples.tiny_checkpoint import TinySpec
+
+
+@pytest.mark.parametrize("rows", [1, 2, 8, 9, 32, 40])
+def test_prepacked_linears_give_f_linear_results_for_every_batch_size(rows):
+    model = torch.nn.Sequential(torch.nn.Linear(64, 1000), torch.nn.Linear(1000, 8, bias=False))
+    x = torch.randn(rows, 64)
+    expected = model(x)
+    assert prepack.prepack_linears(model, batch_size=32) == 2
+    assert isinstance(model[0], prepack.PrepackedLinear)
+    assert set(dict(model.named_parameters())) == {"0.weight", "0.bias", "1.weight"}
+    torch.testing.assert_close(model(x), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_a_prepacked_weight_is_the_packed_tensor_alone():
+    """Shape, dtype and device stay the weight's (the model reads them); no float copy stays beside it."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 1000))
+    prepack.prepack_linears(model, batch_size=16)
+    weight = model[0].weight
+    assert (weight.shape, weight.dtype, weight.device) == ((1000, 64), torch.float32, torch.device("cpu"))
+    assert weight.is_mkldnn and model[0].packed.is_mkldnn
+    with pytest.raises(NotImplementedError):
+        weight.sum()
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_a_prepacked_model_keeps_its_dtype_device_embeddings_and_logits(checkpoint_factory, tied):
+    model = load_model(checkpoint_factory(TinySpec(tied=tied, seed=1)))
+    ids = torch.tensor([3, 1, 4, 1, 5])
+    hidden = torch.randn(5, model.config.text.hidden_size)
+    expected_embeds, expected_logits = model.embed(ids), model.logits(hidden)
+    assert prepack.prepack_linears(model, batch_size=8, linears=LINEARS) > 0
+    assert isinstance(model.lm_head, prepack.PrepackedLinear)
+    assert (model.dtype, model.device) == (torch.float32, torch.device("cpu"))
+    assert (model.lm_head.weight is model.model.embed_tokens.weight) == tied
+    torch.testing.assert_close(model.embed(ids), expected_embeds)
+    torch.testing.assert_close(model.logits(hidden), expected_logits, atol=1e-4, rtol=1e-4)
+
+
+def test_bf16_linears_stay_as_they_are_where_onednn_has_no_bf16_gemm(monkeypatch):
+    monkeypatch.setattr(prepack, "packable_dtypes", lambda: frozenset({torch.float32}))
+    model = torch.nn.Sequential(torch.nn.Linear(64, 100).bfloat16())
+    assert prepack.prepack_linears(model, batch_size=16) == 0
+    assert type(model[0]) is torch.nn.Linear
+
+
+@pytest.mark.skipif(torch.bfloat16 not in prepack.packable_dtypes(), reason="no oneDNN bf16 GEMM on this CPU")
+def test_bf16_linears_are_prepacked_where_onednn_has_a_bf16_gemm():
+    model = torch.nn.Sequential(torch.nn.Linear(64, 1000).bfloat16(), torch.nn.Linear(1000, 8, bias=False).bfloat16())
+    x = torch.randn(16, 64).bfloat16()
+    expected = model(x)
+    assert prepack.prepack_linears(model, batch_size=16) == 2
+    assert model[0].weight.dtype == torch.bfloat16
+    torch.testing.assert_close(model(x), expected, atol=2e-2, rtol=2e-2)
+
+
+def test_linears_of_other_kinds_are_left_to_their_own_forward():
+    class Quantized(torch.nn.Linear):
+        pass
+
+    model = torch.nn.Sequential(Quantized(64, 100))
+    assert prepack.prepack_linears(model, batch_size=16) == 0
+    assert type(model[0]) is Quantized
