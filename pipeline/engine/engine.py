@@ -44,6 +44,7 @@ from .runner import ModelRunner
 from .sampling import sample
 from .scheduler import Scheduler, SchedulerConfig, Step
 from .sequence import ImageSpan, Sequence
+from .stopping import StopRules
 
 
 @dataclass(frozen=True)
@@ -151,8 +152,7 @@ class Engine:
         pixels = list(prompt.patches.split(prompt.patch_counts)) if prompt.grids else []
         hashes = [image_hash(p, grid) for p, grid in zip(pixels, prompt.grids, strict=True)]
         spans = _image_spans(prompt, image_id)
-        eos = frozenset() if request.ignore_eos else {self.processor.eos_token_id}
-        stops = frozenset(request.stop_token_ids) | eos
+        stops = StopRules(request, self.processor.eos_token_id)
         return Sequence(request_id, request, prompt, positions, rope_delta, spans, pixels, hashes, detok, stops)
 
     def add_request(self, request: Request | Sequence) -> str:
@@ -251,21 +251,17 @@ class Engine:
 
         Text is decoded token by token only for a stream or stop strings; otherwise once, when the request ends.
         """
-        if token in seq.stop_ids:
+        stops = seq.stops
+        if token in stops.token_ids:
             seq.finish_reason = "stop"
             return True
         seq.append(token)
-        detokenizer, request = seq.detokenizer, seq.request
+        detokenizer = seq.detokenizer
         if detokenizer.stop or seq.request_id in self.listeners:
             self._notify(seq, Delta(seq.request_id, detokenizer.add(token), [token]))
         else:
             detokenizer.hold(token)
-        if detokenizer.stopped:
-            seq.finish_reason = "stop"
-        elif seq.num_output_tokens >= request.max_tokens:
-            seq.finish_reason = "length"
-        elif request.guards_repetition and seq.runaway.add(token):
-            seq.finish_reason = "repetition"
+        seq.finish_reason = stops.reason(token, seq.num_output_tokens, detokenizer.stopped)
         return seq.finish_reason is not None
 
     def _finish(self, seq: Sequence, reason: str) -> Output:

@@ -12,7 +12,7 @@ import torch
 from .detokenizer import IncrementalDetokenizer
 from .processor import Prompt
 from .request import Request
-from .sampling import RunawayGuard
+from .stopping import StopRules
 
 
 class Status(Enum):
@@ -33,7 +33,7 @@ class ImageSpan:
 class Sequence:
     def __init__(self, request_id: str, request: Request, prompt: Prompt, positions: torch.Tensor, rope_delta: int,
                  spans: list[ImageSpan], image_pixels: list[torch.Tensor], image_hashes: list[str],
-                 detokenizer: IncrementalDetokenizer, stop_ids: frozenset[int] = frozenset()) -> None:
+                 detokenizer: IncrementalDetokenizer, stops: StopRules) -> None:
         self.request_id = request_id
         self.request = request
         self.prompt = prompt
@@ -45,8 +45,7 @@ class Sequence:
         self.image_hashes = image_hashes
         self.image_pixels = image_pixels
         self.detokenizer = detokenizer
-        self.stop_ids = stop_ids
-        self.runaway = RunawayGuard()
+        self.stops = stops
         self.image_embeds: dict[int, torch.Tensor] = {}
         self.block_keys: list[tuple[bytes, object]] = []
         self.num_registered = 0

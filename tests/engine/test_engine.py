@@ -78,20 +78,6 @@ def test_no_block_leaks_after_1000_mixed_requests(tiny_checkpoint):
     assert all(count == 0 for count in engine.pool.ref_counts) and aborted == 20
 
 
-def test_stop_tokens_stop_strings_and_the_repetition_guard(tiny_checkpoint):
-    engine = Engine.from_pretrained(tiny_checkpoint)
-    base = engine.generate([Request(prompt="OCR:", images=[random_image(70, 50)], max_tokens=12, ignore_eos=True)])[0]
-    stop_at = base.token_ids[3]
-    stopped = engine.generate([Request(prompt="OCR:", images=[random_image(70, 50)], max_tokens=12,
-                                       stop_token_ids=[stop_at], ignore_eos=True)])[0]
-    first = base.token_ids.index(stop_at)
-    assert stopped.finish_reason == "stop" and stopped.token_ids == base.token_ids[:first]
-    cut = base.text[len(base.text) // 2:][:3]
-    by_string = engine.generate([Request(prompt="OCR:", images=[random_image(70, 50)], max_tokens=12,
-                                         stop=[cut], ignore_eos=True)])[0]
-    assert by_string.finish_reason == "stop" and cut not in by_string.text and base.text.startswith(by_string.text)
-
-
 def test_seeded_sampling_is_reproducible(tiny_checkpoint):
     engine = Engine.from_pretrained(tiny_checkpoint)
 
