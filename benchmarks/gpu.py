@@ -30,7 +30,8 @@ import torch
 
 from benchmarks.engine_throughput import engine_round, logit_rel_err, workload
 from benchmarks.transformers_reference import load_model, load_processor
-from pipeline.engine.engine import Engine, EngineConfig
+from pipeline.engine.core import EngineConfig
+from pipeline.engine.engine import Engine
 from pipeline.engine.model.config import ModelConfig
 from pipeline.engine.model.paddleocr_vl import PaddleOCRVL
 from pipeline.engine.model.quantization import QuantizedLinear, quantized_weight_bytes

@@ -273,7 +273,8 @@ class Bench:
 
     def _engine(self) -> tuple[Any, str]:
         """The engine of the run (None for --model none) and the model's name for the settings."""
-        from pipeline.engine.engine import Engine, EngineConfig
+        from pipeline.engine.core import EngineConfig
+        from pipeline.engine.engine import Engine
 
         if self.args.model == "none":
             return None, "none"

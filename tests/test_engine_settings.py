@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from pipeline.config import Settings
+from pipeline.engine.core import EngineConfig
 from pipeline.engine.devices import resolve_dtype
-from pipeline.engine.engine import Engine, EngineConfig
+from pipeline.engine.engine import Engine
 from pipeline.engine_settings import (
     engine_kwargs,
     gpu_threads,

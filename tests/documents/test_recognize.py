@@ -6,7 +6,7 @@ import pytest
 
 from pipeline.config import Settings
 from pipeline.documents.recognize import EngineRecognizer, RecognitionTask
-from pipeline.engine import engine as engine_module
+from pipeline.engine import core
 from pipeline.engine.engine import Engine
 from pipeline.engine_settings import task_max_tokens
 from tests.reference import random_image
@@ -17,7 +17,7 @@ LOOP = [85627, 55566, 50397]  # what a real model stuck on a degenerate crop doe
 @pytest.fixture
 def looping_engine(tiny_checkpoint, monkeypatch: pytest.MonkeyPatch):
     """The tiny checkpoint's engine, its sampler replaced by one that repeats LOOP for every sequence."""
-    monkeypatch.setattr(engine_module, "sample",
+    monkeypatch.setattr(core, "sample",
                         lambda logits, seqs: [LOOP[seq.num_output_tokens % len(LOOP)] for seq in seqs])
     engine = Engine.from_pretrained(tiny_checkpoint)
     yield engine

@@ -12,7 +12,8 @@ import torch
 from torch import nn
 
 from pipeline import cli
-from pipeline.engine.engine import Engine, EngineConfig
+from pipeline.engine.core import EngineConfig
+from pipeline.engine.engine import Engine
 from pipeline.engine.model import quantization
 from pipeline.engine.model.errors import CheckpointError
 from pipeline.engine.model.loader import load_model
