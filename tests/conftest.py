@@ -30,6 +30,11 @@ from pipeline.samples.tiny_checkpoint import TinySpec, write_tiny_checkpoint
 from tests.jobs.expected import service_settings
 from workers.engine_host import EngineHost
 
+TEST_SPEC = TinySpec(min_pixels=56 * 56)
+"""The suite's default checkpoint: the hub's files but a lower pixel floor, so that a text-line crop costs a few
+image tokens rather than the 188 the real floor (147,384 pixels) gives every crop; tests about image size, chunking
+or the KV budget say what they need."""
+
 
 def _written_once(tmp_path_factory: pytest.TempPathFactory, write, default, folder: str):
     """A factory that writes each spec's checkpoint into a temp folder on first use and reuses it after."""
@@ -46,7 +51,7 @@ def _written_once(tmp_path_factory: pytest.TempPathFactory, write, default, fold
 
 @pytest.fixture(scope="session")
 def checkpoint_factory(tmp_path_factory: pytest.TempPathFactory):
-    return _written_once(tmp_path_factory, write_tiny_checkpoint, TinySpec(), "ckpt")
+    return _written_once(tmp_path_factory, write_tiny_checkpoint, TEST_SPEC, "ckpt")
 
 
 @pytest.fixture(scope="session")
