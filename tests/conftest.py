@@ -26,14 +26,10 @@ from benchmarks.stack import scratch_database
 from pipeline.db.migrate import upgrade_to_head
 from pipeline.db.session import create_db_engine
 from pipeline.documents.tiny_layout import TinyLayoutSpec, write_tiny_layout_checkpoint
-from pipeline.samples.tiny_checkpoint import TinySpec, write_tiny_checkpoint
+from pipeline.samples.tiny_checkpoint import write_tiny_checkpoint
 from tests.jobs.expected import service_settings
+from tests.tiny import TEST_SPEC
 from workers.engine_host import EngineHost
-
-TEST_SPEC = TinySpec(min_pixels=56 * 56)
-"""The suite's default checkpoint: the hub's files but a lower pixel floor, so that a text-line crop costs a few
-image tokens rather than the 188 the real floor (147,384 pixels) gives every crop; tests about image size, chunking
-or the KV budget say what they need."""
 
 
 def _written_once(tmp_path_factory: pytest.TempPathFactory, write, default, folder: str):
