@@ -26,8 +26,9 @@ from benchmarks.stack import scratch_database
 from pipeline.db.migrate import upgrade_to_head
 from pipeline.db.session import create_db_engine
 from pipeline.documents.tiny_layout import TinyLayoutSpec, write_tiny_layout_checkpoint
-from pipeline.samples.tiny_checkpoint import TinySpec, write_tiny_checkpoint
+from pipeline.samples.tiny_checkpoint import write_tiny_checkpoint
 from tests.jobs.expected import service_settings
+from tests.tiny import TEST_SPEC
 from workers.engine_host import EngineHost
 
 
@@ -46,7 +47,7 @@ def _written_once(tmp_path_factory: pytest.TempPathFactory, write, default, fold
 
 @pytest.fixture(scope="session")
 def checkpoint_factory(tmp_path_factory: pytest.TempPathFactory):
-    return _written_once(tmp_path_factory, write_tiny_checkpoint, TinySpec(), "ckpt")
+    return _written_once(tmp_path_factory, write_tiny_checkpoint, TEST_SPEC, "ckpt")
 
 
 @pytest.fixture(scope="session")

@@ -63,6 +63,7 @@ class TinySpec:
     head_scale: float = 4.0
     version: str = "1.0"  # which version's files (tiny_versions.VERSIONS): config layout, pixel limits, template
     dtype: str = "float32"  # on disk; the hub ships bf16
+    min_pixels: int | None = None  # the preprocessor's floor, else the version's: a lower one keeps test crops small
 
     @classmethod
     def bench(cls) -> TinySpec:
@@ -102,7 +103,7 @@ def write_tiny_checkpoint(directory: str | Path, spec: TinySpec | None = None) -
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     config = spec.model_config()
-    write_version_files(out, config, spec.version, spec.tied)
+    write_version_files(out, config, spec.version, spec.tied, spec.min_pixels)
     tensors = _random_tensors(config, spec)
     if spec.layout == "transformers":
         tensors = {_transformers_key(k): v for k, v in tensors.items()}

@@ -12,7 +12,7 @@ card's pixel limits; their config is written as transformers 5 saves it (nested 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -151,9 +151,12 @@ def version_files(version: str) -> VersionFiles:
     return FILES[version]
 
 
-def write_version_files(out: Path, config: ModelConfig, version: str, tied: bool) -> None:
+def write_version_files(out: Path, config: ModelConfig, version: str, tied: bool,
+                        min_pixels: int | None = None) -> None:
     """Write config.json, preprocessor_config.json and the chat template file of `version`."""
     files = version_files(version)
+    if min_pixels is not None:
+        files = replace(files, min_pixels=min_pixels)
     raw = nested_config(config, tied) if files.nested_config else flat_config(config, tied)
     (out / "config.json").write_text(json.dumps(raw, indent=2))
     (out / "preprocessor_config.json").write_text(json.dumps(preprocessor(files.min_pixels, files.max_pixels),

@@ -31,8 +31,8 @@ def _mixed_requests() -> list[tuple[list[dict], int]]:
 @pytest.fixture(scope="module")
 def tight_engine(tiny_checkpoint) -> Engine:
     """block_size 4, a KV budget that forces preemption and a token budget that forces chunked prefill."""
-    return Engine.from_pretrained(tiny_checkpoint, dtype="float32", block_size=4, num_blocks=200,
-                                  max_num_batched_tokens=64, max_num_seqs=8)
+    return Engine.from_pretrained(tiny_checkpoint, dtype="float32", block_size=4, num_blocks=48,
+                                  max_num_batched_tokens=32, max_num_seqs=8)
 
 
 def test_mixed_batch_under_preemption_and_chunking_equals_transformers_alone(tight_engine, tiny_checkpoint):
@@ -41,7 +41,7 @@ def test_mixed_batch_under_preemption_and_chunking_equals_transformers_alone(tig
 
 
 def test_a_request_that_can_never_fit_is_refused_clearly(tiny_checkpoint):
-    engine = Engine.from_pretrained(tiny_checkpoint, block_size=4, num_blocks=10)
+    engine = Engine.from_pretrained(tiny_checkpoint, block_size=4, num_blocks=4)
     with pytest.raises(EngineError, match="prompt_too_long"):
         engine.add_request(Request(images=[random_image(100, 60)], max_tokens=4))
     assert not engine.has_unfinished()

@@ -68,7 +68,7 @@ def test_submit_and_stream_share_one_background_loop(tiny_checkpoint):
 
 
 def test_stream_of_a_refused_request_raises(tiny_checkpoint):
-    engine = Engine.from_pretrained(tiny_checkpoint, block_size=4, num_blocks=10)
+    engine = Engine.from_pretrained(tiny_checkpoint, block_size=4, num_blocks=4)
 
     async def consume() -> None:
         async for _ in engine.stream(Request(images=[random_image(100, 60)], max_tokens=4)):

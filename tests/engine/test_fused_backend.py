@@ -20,8 +20,8 @@ def _requests() -> list[tuple[list[dict], int]]:
 
 
 def test_the_triton_backend_equals_transformers_under_preemption_and_chunking(tiny_checkpoint):
-    engine = Engine.from_pretrained(tiny_checkpoint, dtype="float32", attention="triton", block_size=4, num_blocks=150,
-                                    max_num_batched_tokens=96, max_num_seqs=3)
+    engine = Engine.from_pretrained(tiny_checkpoint, dtype="float32", attention="triton", block_size=4, num_blocks=16,
+                                    max_num_batched_tokens=16, max_num_seqs=3)
     assert engine.runner.backend == "triton"
     assert_engine_equals_transformers(engine, tiny_checkpoint, _requests())
     assert engine.scheduler.preemptions > 0

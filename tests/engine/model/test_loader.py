@@ -12,9 +12,9 @@ from safetensors.torch import load_file, save_file
 
 from pipeline.engine.engine import Engine
 from pipeline.engine.model.loader import CheckpointError, load_model, resolve_checkpoint
-from pipeline.samples.tiny_checkpoint import TinySpec
 from tests.engine.model.test_parity import _our_logits
 from tests.reference import hf_logits, random_image, user_turn
+from tests.tiny import tiny_spec
 
 MESSAGES = user_turn("OCR:", [random_image(90, 70, seed=9)])
 
@@ -24,14 +24,14 @@ def _logits(directory: Path) -> torch.Tensor:
 
 
 def test_hub_and_transformers_layouts_load_to_identical_logits(checkpoint_factory):
-    hub = checkpoint_factory(TinySpec(layout="hub"))
-    tf5 = checkpoint_factory(TinySpec(layout="transformers"))
+    hub = checkpoint_factory(tiny_spec(layout="hub"))
+    tf5 = checkpoint_factory(tiny_spec(layout="transformers"))
     assert any(k.startswith("model.language_model.") for k in load_file(tf5 / "model.safetensors"))
     assert torch.equal(_logits(hub), _logits(tf5))
 
 
 def test_tied_head_uses_the_embeddings_and_matches_transformers(checkpoint_factory):
-    tied = checkpoint_factory(TinySpec(tied=True, seed=1))
+    tied = checkpoint_factory(tiny_spec(tied=True, seed=1))
     model = load_model(tied)
     assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     assert (_logits(tied) - hf_logits(tied, MESSAGES)).abs().max() <= 1e-4

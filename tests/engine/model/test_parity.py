@@ -82,10 +82,10 @@ def test_greedy_tokens_match_transformers_generate(engine, tiny_checkpoint, case
 
 def test_bf16_greedy_agreement_with_fp32_is_reported(tiny_checkpoint, engine, record_property, capsys):
     bf16 = Engine.from_pretrained(tiny_checkpoint, dtype="bfloat16")
+    requests = [Request(messages=messages, max_tokens=GREEDY_TOKENS, ignore_eos=True) for messages in CASES.values()]
     agree = total = 0
-    for messages in CASES.values():
-        request = Request(messages=messages, max_tokens=GREEDY_TOKENS, ignore_eos=True)
-        a, b = engine.generate([request])[0].token_ids, bf16.generate([request])[0].token_ids
+    for fp32_out, bf16_out in zip(engine.generate(requests), bf16.generate(requests), strict=True):
+        a, b = fp32_out.token_ids, bf16_out.token_ids
         prefix = next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), len(a))
         agree, total = agree + prefix, total + len(a)
     rate = agree / total

@@ -31,6 +31,7 @@ from pipeline.engine.processor import Processor
 from pipeline.engine.request import Request
 from pipeline.samples.tiny_checkpoint import TinySpec
 from tests.reference import ContiguousKV, random_image, user_turn
+from tests.tiny import tiny_spec
 
 INT8, INT4_32, INT4_64 = Quantization.parse("int8"), Quantization.parse("int4", 32), Quantization.parse("int4", 64)
 MAX_WEIGHT_ERROR = {"int8": 0.01, "int4": 0.11}
@@ -149,7 +150,7 @@ def test_only_the_decoder_linears_and_the_head_are_quantized(tiny_checkpoint, sc
 
 
 def test_a_tied_head_is_quantized_on_its_own_and_the_embedding_stays_float(checkpoint_factory):
-    tied = checkpoint_factory(TinySpec(tied=True, seed=1))
+    tied = checkpoint_factory(tiny_spec(tied=True, seed=1))
     model = load_model(tied, quantization="int8")
     assert isinstance(model.lm_head, Int8Linear) and model.model.embed_tokens.weight.dtype == torch.float32
     weight = model.model.embed_tokens.weight

@@ -14,7 +14,7 @@ from safetensors import safe_open
 from pipeline.config import Settings
 from pipeline.engine.model import revision
 from pipeline.engine.model.revision import SAMPLE_BYTES, checkpoint_revision
-from pipeline.samples.tiny_checkpoint import TinySpec
+from tests.tiny import tiny_spec
 from workers.engine_host import EngineHost
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -55,7 +55,7 @@ def test_a_local_directory_reads_a_sample_of_each_tensor_not_the_whole_file(tiny
 def test_the_revision_is_the_same_for_a_copy_and_different_for_other_weights(checkpoint_factory, tmp_path):
     original = checkpoint_factory()
     copy = shutil.copytree(original, tmp_path / "copy")
-    other = checkpoint_factory(TinySpec(seed=3))
+    other = checkpoint_factory(tiny_spec(seed=3))
     assert checkpoint_revision(copy) == checkpoint_revision(original)
     assert checkpoint_revision(other) != checkpoint_revision(original)
 

@@ -8,7 +8,7 @@ import torch
 from pipeline.engine.model.loader import load_model
 from pipeline.engine.model.paddleocr_vl import LINEARS
 from pipeline.engine.ops import prepack
-from pipeline.samples.tiny_checkpoint import TinySpec
+from tests.tiny import tiny_spec
 
 
 @pytest.mark.parametrize("rows", [1, 2, 8, 9, 32, 40])
@@ -35,7 +35,7 @@ def test_a_prepacked_weight_is_the_packed_tensor_alone():
 
 @pytest.mark.parametrize("tied", [False, True])
 def test_a_prepacked_model_keeps_its_dtype_device_embeddings_and_logits(checkpoint_factory, tied):
-    model = load_model(checkpoint_factory(TinySpec(tied=tied, seed=1)))
+    model = load_model(checkpoint_factory(tiny_spec(tied=tied, seed=1)))
     ids = torch.tensor([3, 1, 4, 1, 5])
     hidden = torch.randn(5, model.config.text.hidden_size)
     expected_embeds, expected_logits = model.embed(ids), model.logits(hidden)
