@@ -18,6 +18,7 @@ from pipeline.documents.lazy_recognizer import ABSENT, NO_MODEL, ModelUnavailabl
 from pipeline.documents.recognize import EngineRecognizer, Recognizer
 from pipeline.engine.engine import Engine
 from pipeline.engine.errors import CheckpointError
+from pipeline.engine.host_memory import bound_onednn_caches
 from pipeline.engine.model.loader import resolve_checkpoint
 from pipeline.engine.model.revision import checkpoint_revision
 from pipeline.engine.model.verify import CHECKS
@@ -35,6 +36,7 @@ class EngineHost:
     """
 
     def __init__(self, settings: Settings) -> None:
+        bound_onednn_caches(settings.onednn_cache_entries)  # at the process's start, before any model runs a step
         self.settings = settings
         self.model = None if settings.model == NO_MODEL else settings.model  # None: none asked for (`--model none`)
         self._engine: Engine | None = None
