@@ -9,11 +9,12 @@ every free page of every arena: 2 ms there, and 35-46 MB each time.
 
 The CPU engine's GEMMs are oneDNN primitives (cpu_kernels.PrepackedLinear), and a primitive is made for each row
 count a weight meets: every prefill chunk's token count, every batch size. Two caches keep them, oneDNN's own and
-ideep's above it, 1,024 entries each by default, and an entry holds its JIT-compiled kernel and buffers, 0.3-0.6 MB
-of host memory. Crops of every size keep bringing row counts not seen before, so a worker's memory rose until both
-were full, half a gigabyte or more on the tiny checkpoint: a soak rose 95 MB while the engine met its 499th to
-723rd (row count, weight) pair, and held level where none came. Making a primitive again costs about 1 ms, so a
-smaller cache bounds that memory at a cost no step notices.
+ideep's above it, 1,024 entries each by default, and a primitive in both holds 0.4-0.6 MB of host memory (its
+JIT-compiled kernel and buffers). Crops of every size keep bringing row counts not seen before, so a worker's memory
+rose until both were full: 600 crops of random sizes through the tiny engine in one process grew it 95 MB from the
+300th to the 600th while the (row count, weight) pairs it had met went from 499 to 723; with 256 entries a cache the
+same run went from 1,191 to 1,129 MB. Making a primitive again costs about 1 ms, so a smaller cache bounds that
+memory at a cost no step notices.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import time
 from collections.abc import Callable
 
 TRIM_INTERVAL_S = 10.0
-ONEDNN_CACHE_ENTRIES = 256  # each of oneDNN's and ideep's primitive caches; 0.3-0.6 MB an entry
+ONEDNN_CACHE_ENTRIES = 256  # in each of oneDNN's and ideep's primitive caches: 100-150 MB for both when full
 # oneDNN's primitive cache and ideep's computation cache, each sized from its variable when first used
 ONEDNN_CACHE_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
 
