@@ -27,7 +27,7 @@ def engine_kwargs(settings: Settings) -> dict[str, object]:
     return {"device": settings.device, "dtype": settings.dtype, "max_num_seqs": settings.max_num_seqs,
             "max_num_batched_tokens": settings.max_num_batched_tokens, "kv_cache_memory": settings.kv_cache_memory,
             "gpu_memory_fraction": settings.kv_cache_fraction, "prefix_cache_tokens": settings.prefix_cache_tokens,
-            "cuda_graphs": settings.cuda_graphs,
+            "onednn_cache_entries": settings.onednn_cache_entries, "cuda_graphs": settings.cuda_graphs,
             "quantization": settings.quantization, "group_size": settings.quantization_group_size}
 
 

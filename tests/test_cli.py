@@ -277,14 +277,14 @@ def engine_keywords(monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
 def test_engine_serve_flags_win_over_the_settings_and_the_rest_come_from_them(env: pytest.MonkeyPatch):
     for key, value in {"QUIRE_DEVICE": "cuda", "QUIRE_DTYPE": "float16", "QUIRE_MAX_NUM_SEQS": "64",
                        "QUIRE_KV_CACHE_FRACTION": "0.5", "QUIRE_PREFIX_CACHE_TOKENS": "8192",
-                       "QUIRE_CUDA_GRAPHS": "0"}.items():
+                       "QUIRE_CUDA_GRAPHS": "0", "QUIRE_ONEDNN_CACHE_ENTRIES": "64"}.items():
         env.setenv(key, value)
     seen = engine_keywords(env)
     assert cli.main(["engine", "serve", "--model", "m", "--device", "cpu", "--dtype", "float32",
                      "--max-num-seqs", "4", "--quantization", "int8"]) == 2
     assert seen == {"device": "cpu", "dtype": "float32", "max_num_seqs": 4, "max_num_batched_tokens": None,
                     "kv_cache_memory": None, "gpu_memory_fraction": 0.5, "prefix_cache_tokens": 8192,
-                    "cuda_graphs": False, "quantization": "int8", "group_size": None}
+                    "onednn_cache_entries": 64, "cuda_graphs": False, "quantization": "int8", "group_size": None}
 
 
 @pytest.mark.parametrize(("layout_device", "expected"), [("", "cpu"), ("meta", "meta")])

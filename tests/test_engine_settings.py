@@ -33,11 +33,11 @@ def no_quire_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_engine_kwargs_carry_every_engine_setting_under_the_engines_names():
     settings = Settings(device="cuda", dtype="bfloat16", max_num_seqs=128, max_num_batched_tokens=2048,
                         kv_cache_memory=1 << 30, kv_cache_fraction=0.6, prefix_cache_tokens=4096, cuda_graphs=False,
-                        quantization="int4", quantization_group_size=32)
+                        quantization="int4", quantization_group_size=32, onednn_cache_entries=64)
     assert engine_kwargs(settings) == {
         "device": "cuda", "dtype": "bfloat16", "max_num_seqs": 128, "max_num_batched_tokens": 2048,
         "kv_cache_memory": 1 << 30, "gpu_memory_fraction": 0.6, "prefix_cache_tokens": 4096, "cuda_graphs": False,
-        "quantization": "int4", "group_size": 32}
+        "quantization": "int4", "group_size": 32, "onednn_cache_entries": 64}
     assert EngineConfig(**engine_kwargs(settings)).gpu_memory_fraction == 0.6
 
 

@@ -17,6 +17,7 @@ from pipeline.config import Settings
 from pipeline.documents.lazy_recognizer import ABSENT, NO_MODEL, ModelUnavailable, SkippingRecognizer
 from pipeline.documents.recognize import EngineRecognizer, Recognizer
 from pipeline.engine.engine import Engine
+from pipeline.engine.host_memory import bound_onednn_caches
 from pipeline.engine.model.errors import CheckpointError
 from pipeline.engine.model.loader import resolve_checkpoint
 from pipeline.engine.model.revision import checkpoint_revision
@@ -35,6 +36,7 @@ class EngineHost:
     """
 
     def __init__(self, settings: Settings) -> None:
+        bound_onednn_caches(settings.onednn_cache_entries)  # at the process's start, before any model runs a step
         self.settings = settings
         self.model = None if settings.model == NO_MODEL else settings.model  # None: none asked for (`--model none`)
         self._engine: Engine | None = None

@@ -21,6 +21,7 @@ import torch
 from .detokenizer import IncrementalDetokenizer
 from .devices import MAX_NUM_BATCHED_TOKENS, MAX_NUM_SEQS, default_for, resolve_device, resolve_dtype
 from .encoder_cache import EncoderCache, image_hash
+from .host_memory import ONEDNN_CACHE_ENTRIES, bound_onednn_caches
 from .kv_cache import PagedKVCache
 from .model.loader import load_model, resolve_checkpoint
 from .model.paddleocr_vl import LINEARS, PaddleOCRVL
@@ -52,6 +53,7 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     prefix_cache_tokens: int = 262144  # finished requests' KV kept findable: 10-18 MB of host memory
     encoder_cache_tokens: int = 16384
+    onednn_cache_entries: int = ONEDNN_CACHE_ENTRIES  # CPU GEMM primitives kept per cache (host_memory.py)
     cuda_graphs: bool = True
     attention: str = "auto"
     quantization: str = "none"  # none | int8 | int4: the decoder's and head's weights (model/quantization.py)
@@ -76,6 +78,7 @@ class EngineCore:
     def __init__(self, model: PaddleOCRVL, processor: Processor, config: EngineConfig | None = None) -> None:
         self.model, self.processor = model, processor
         self.config = config = (config or EngineConfig()).resolved(model.device)
+        bound_onednn_caches(config.onednn_cache_entries)  # before prepack_linears makes the first primitives
         text = model.config.text
         num_blocks = config.num_blocks or PagedKVCache.blocks_for_budget(
             self._kv_memory(), text.num_hidden_layers, config.block_size, text.num_key_value_heads, text.head_dim,

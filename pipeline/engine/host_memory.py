@@ -1,19 +1,33 @@
-"""Freed host memory handed back to the system when the engine goes idle and now and then while it is busy.
+"""Host memory a resident engine keeps: freed memory handed back to the system when the engine goes idle and now
+and then while it is busy, and oneDNN's per-shape caches bounded.
 
 A resident engine allocates and frees tensors of new sizes every step (prefill chunks of any length, batches of any
 size). glibc keeps freed memory in its arenas for reuse and gives it back to the system only from the top of a
 heap, so a GPU worker's resident memory rose in steps its live memory did not take (one of 49 MB between the
 6,600th and the 7,200th request of a soak on the tiny checkpoint, kept from then on). `malloc_trim(0)` hands back
 every free page of every arena: 2 ms there, and 35-46 MB each time.
+
+The CPU engine's GEMMs are oneDNN primitives (cpu_kernels.PrepackedLinear), and a primitive is made for each row
+count a weight meets: every prefill chunk's token count, every batch size. Two caches keep them, oneDNN's own and
+ideep's above it, 1,024 entries each by default, and a primitive in both holds 0.4-0.6 MB of host memory (its
+JIT-compiled kernel and buffers). Crops of every size keep bringing row counts not seen before, so a worker's memory
+rose until both were full: 600 crops of random sizes through the tiny engine in one process grew it 95 MB from the
+300th to the 600th while the (row count, weight) pairs it had met went from 499 to 723; with 256 entries a cache the
+same run went from 1,191 to 1,129 MB. Making a primitive again costs about 1 ms, so a smaller cache bounds that
+memory at a cost no step notices.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import time
 from collections.abc import Callable
 
 TRIM_INTERVAL_S = 10.0
+ONEDNN_CACHE_ENTRIES = 256  # in each of oneDNN's and ideep's primitive caches: 100-150 MB for both when full
+# oneDNN's primitive cache and ideep's computation cache, each sized from its variable when first used
+ONEDNN_CACHE_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
 
 
 class MemoryTrimmer:
@@ -54,3 +68,14 @@ def _malloc_trim() -> Callable[[int], int] | None:
         return ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
         return None
+
+
+def bound_onednn_caches(entries: int = ONEDNN_CACHE_ENTRIES) -> None:
+    """Size oneDNN's primitive cache and ideep's computation cache to `entries` primitives each.
+
+    Each reads its capacity from the environment once, when the process makes its first oneDNN primitive, and keeps
+    it: so this must run before then (a worker calls it at start, before any layout model or engine runs a step; the
+    engine calls it again as it is built, which is too late only where something else ran oneDNN first). Decode
+    steps reuse at most max_num_seqs row counts per weight, and the LRU keeps those it keeps meeting."""
+    for variable in ONEDNN_CACHE_VARIABLES:
+        os.environ[variable] = str(entries)

@@ -1,9 +1,11 @@
-"""Freed host memory goes back to the system while the engine runs, so a worker's resident memory follows what it
-holds rather than the highest its heap ever reached."""
+"""Freed host memory goes back to the system while the engine runs, and oneDNN's per-shape caches stay bounded, so a
+worker's resident memory follows what it holds rather than the highest its heap or those caches ever reached."""
 
 from __future__ import annotations
 
 import ctypes
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,6 +14,7 @@ from pipeline.engine.host_memory import MemoryTrimmer
 from pipeline.engine.request import Request
 from tests.reference import random_image
 
+ROOT = Path(__file__).resolve().parents[2]
 CHUNK, CHUNKS = 4000, 20_000  # 80 MB in chunks under glibc's mmap threshold: they come from the heap
 
 
@@ -77,3 +80,42 @@ def test_the_engine_loop_trims_once_its_work_is_done(tiny_checkpoint):
     finally:
         engine.close()
     assert out.generated_tokens > 0 and engine.trimmer.trims == 1
+
+
+# A fresh process, since oneDNN sizes its caches once, at a process's first primitive: builds the engine as a worker
+# does, then multiplies by two of its packed weights rows of every count from 1 to 2 * ROWS, as prefill chunks of
+# every length would, and prints the resident memory (MB, after a trim) after the first half and after the second.
+# About 4 s of CPU, mostly the child's imports.
+ROWS = 200
+SHAPES_CHILD = f"""
+import ctypes, sys
+import torch
+from pipeline.engine.ops.prepack import PrepackedLinear
+from pipeline.engine.engine import Engine
+
+def rss_mb():
+    ctypes.CDLL(None).malloc_trim(0)
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmRSS:")) / 1024
+
+engine = Engine.from_pretrained(sys.argv[1], device="cpu", dtype="float32")
+by_shape = {{tuple(m.packed.shape): m for m in engine.model.modules() if isinstance(m, PrepackedLinear)}}
+linears = sorted(by_shape.values(), key=lambda m: m.packed.numel())[:2]
+torch.set_num_threads(1)  # OpenMP's threads spinning between 800 tiny GEMMs cost more than the GEMMs
+readings = []
+for rows in range(1, 2 * {ROWS} + 1):
+    with torch.no_grad():
+        for linear in linears:
+            linear(torch.ones(rows, linear.packed.shape[1]))
+    if rows % {ROWS} == 0:
+        readings.append(rss_mb())
+print(*readings)
+"""
+
+
+def test_gemms_over_ever_new_row_counts_keep_a_bounded_cache(tiny_checkpoint):
+    """Before the bound (1,024-entry caches) the second 400 (row count, weight) pairs added 144 MB; now 1 MB."""
+    done = subprocess.run([sys.executable, "-c", SHAPES_CHILD, str(tiny_checkpoint)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    first, second = map(float, done.stdout.split())
+    assert second - first < 30, f"{second - first:.0f} MB more over {2 * ROWS} new (row count, weight) pairs"
