@@ -7,7 +7,7 @@ heap, so a GPU worker's resident memory rose in steps its live memory did not ta
 6,600th and the 7,200th request of a soak on the tiny checkpoint, kept from then on). `malloc_trim(0)` hands back
 every free page of every arena: 2 ms there, and 35-46 MB each time.
 
-The CPU engine's GEMMs are oneDNN primitives (cpu_kernels.PrepackedLinear), and a primitive is made for each row
+The CPU engine's GEMMs are oneDNN primitives (ops/prepack.py, PrepackedLinear), and a primitive is made for each row
 count a weight meets: every prefill chunk's token count, every batch size. Two caches keep them, oneDNN's own and
 ideep's above it, 1,024 entries each by default, and a primitive in both holds 0.4-0.6 MB of host memory (its
 JIT-compiled kernel and buffers). Crops of every size keep bringing row counts not seen before, so a worker's memory
