@@ -97,3 +97,16 @@ def engine_host(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory)
     host = EngineHost(service_settings(tmp_path_factory.mktemp("host"), tiny_checkpoint))
     yield host
     host.close()
+
+
+SLOW_PACKAGES = {"service", "fault", "web", "benchmarks", "workers"}
+"""Packages whose tests start the service's processes, workers, a browser or a benchmark's stack."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the slow packages' tests `slow`, beside the tests marked one by one, so that `pytest -m "not slow"` is
+    the quick part a developer runs between edits."""
+    tests = Path(__file__).parent
+    for item in items:
+        if item.path.relative_to(tests).parts[0] in SLOW_PACKAGES:
+            item.add_marker(pytest.mark.slow)
