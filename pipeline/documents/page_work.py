@@ -40,6 +40,7 @@ from pipeline.documents.process import (
 from pipeline.documents.regions import crop
 from pipeline.documents.render import RenderedPage
 from pipeline.documents.results import PageOutput, Problem
+from pipeline.documents.stages import open_document
 from pipeline.engine.images import ImageError, ImageSettings, ModelImage, load_image, model_image
 
 Source = Path | bytes  # a document's file, or its bytes (in this thread only: workers are given files)
@@ -160,7 +161,7 @@ class PageWorker:
             problem = Problem("unreadable", f"{task.source}: {exc.strerror or exc}")
             return Opened(task.doc, None, None, None, error=problem)
         try:
-            document = ingest(data, self.options.limits, self.options.password)
+            document = open_document(data, self.options)
         except DocumentError as exc:
             error = Problem(exc.code, exc.message)
             return Opened(task.doc, hashlib.sha256(data).hexdigest(), sniff(data), len(data), error=error)

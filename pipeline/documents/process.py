@@ -100,10 +100,6 @@ class LaidOutPage:
     timings_ms: dict[str, float]
     layout_reason: str | None = None
 
-    def region_output(self, index: int, recognition: Recognition | None = None) -> RegionOutput:
-        """Region `index` as output: final unless it needs the model, then with `recognition`'s content."""
-        return _region_output(self.page, self.prepared[index], recognition)
-
     def draft(self) -> PageDraft:
         """The page's output, its regions for the model pending."""
         page = self.page
@@ -223,11 +219,6 @@ def page_problem(regions: list[RegionOutput]) -> Problem | None:
         return None
     return Problem("recognition_failed", f"no region of the page could be recognised; the first: "
                                          f"{failures[0].code}: {failures[0].message}")
-
-
-def _region_output(page: RenderedPage, item: PreparedRegion, recognition: Recognition | None) -> RegionOutput:
-    base = _base_output(page, item)
-    return base if not item.needs_model else recognized_region(base, recognition)
 
 
 def _base_output(page: RenderedPage, item: PreparedRegion) -> RegionOutput:

@@ -3,15 +3,14 @@
 An event is recorded inside the transaction that makes it true (the conditional update that gives a document its
 final status, the one that marks a batch finished), as the row of its first delivery attempt. So an event is
 recorded exactly once however tasks are re-delivered, and a crash between that commit and sending `deliver` loses
-nothing: the row says the attempt is still to be made (`pipeline.jobs.deliveries.resume_deliveries`). The caller
-sends `deliver` for the returned delivery ids once its transaction has committed: finalize hands them off, code
-outside the stages (a cancel) uses `send_deliveries`.
+nothing: the row says the attempt is still to be made (`pipeline.jobs.start.resume_deliveries`). The caller
+sends `deliver` for the returned delivery ids once its transaction has committed: finalize returns them as its
+sends, code outside the stages (a cancel) uses `pipeline.jobs.start.send_deliveries`.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -21,8 +20,6 @@ from sqlalchemy.orm import Session
 
 from pipeline.db.counts import region_counts
 from pipeline.db.models import FINAL_DOCUMENT_STATUSES, Batch, Document, Tenant, WebhookDelivery, shown_options, utcnow
-from pipeline.jobs.dispatch import Dispatcher
-from pipeline.jobs.handoff import enter
 
 BATCH_FINISHED = "batch.finished"
 
@@ -62,13 +59,6 @@ def announce_batch(session: Session, batch_id: str) -> list[str]:
     if finished.rowcount != 1 or not url:
         return []
     return [_record_event(session, batch.tenant, BATCH_FINISHED, url, batch_id=batch_id)]
-
-
-def send_deliveries(dispatcher: Dispatcher, delivery_ids: Iterable[str]) -> None:
-    """Send `deliver` for events announced outside any stage; only after the transaction that recorded them has
-    committed."""
-    for delivery_id in delivery_ids:
-        enter(dispatcher, "deliver", delivery_id)
 
 
 def event_body(session: Session, delivery: WebhookDelivery, created: datetime) -> bytes:

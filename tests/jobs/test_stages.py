@@ -123,11 +123,11 @@ def test_every_stage_run_again_changes_nothing(service):
     before = snapshot(service, document.id)
     with session_scope(ctx.db) as session:
         page_ids = session.scalars(select(Page.id).where(Page.document_id == document.id)).all()
-    GRAPH["ingest"].run(ctx, document.id)
+    run_stage(ctx, "ingest", document.id)
     for page_id in page_ids:
-        GRAPH["prepare"].run(ctx, page_id)
-        GRAPH["recognize"].run(ctx, page_id)
-    GRAPH["finalize"].run(ctx, document.id)
+        run_stage(ctx, "prepare", page_id)
+        run_stage(ctx, "recognize", page_id)
+    run_stage(ctx, "finalize", document.id)
     time.sleep(0.5)  # whatever those sent on runs on the pools
     assert snapshot(service, document.id) == before
 
@@ -135,15 +135,15 @@ def test_every_stage_run_again_changes_nothing(service):
 def test_a_document_deleted_while_it_is_worked_on_ends_its_remaining_tasks_quietly(service, caplog):
     ctx = service.context
     document_id = accept(service, FOUR_PAGES, "four.pdf", send=False)
-    GRAPH["ingest"].run(ctx, document_id)  # pages exist; their prepare tasks are queued
+    run_stage(ctx, "ingest", document_id)  # pages exist; their prepare tasks are queued
     with session_scope(ctx.db) as session:
         page_ids = session.scalars(select(Page.id).where(Page.document_id == document_id)).all()
         session.delete(session.get_one(Document, document_id))
     for page_id in page_ids:
-        GRAPH["prepare"].run(ctx, page_id)
-        GRAPH["recognize"].run(ctx, page_id)
-    GRAPH["ingest"].run(ctx, document_id)
-    GRAPH["finalize"].run(ctx, document_id)
+        run_stage(ctx, "prepare", page_id)
+        run_stage(ctx, "recognize", page_id)
+    run_stage(ctx, "ingest", document_id)
+    run_stage(ctx, "finalize", document_id)
     time.sleep(0.5)  # the prepare tasks ingest sent run on the pools too
     with session_scope(ctx.db) as session:
         assert session.scalar(select(func.count()).select_from(Page)) == 0
