@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from .account_commands import add_account_parsers, keys, tenants
 from .config import DPI_MAX, DPI_MIN, get_settings
+from .engine.prompts import TASK_PROMPTS
 from .logs import configure_logging
 from .model_commands import add_model_parsers, models
 
@@ -72,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     recognize = commands.add_parser("recognize", help="recognise image files with a model")
     recognize.add_argument("images", nargs="+", type=Path)
     recognize.add_argument("--model", default=None, help="local directory or hub id")
-    recognize.add_argument("--task", default="ocr", choices=["ocr", "table", "formula", "chart", "spotting", "seal"])
+    recognize.add_argument("--task", default="ocr", choices=list(TASK_PROMPTS))
     recognize.add_argument("--max-tokens", type=int, default=None)
     _add_quantization_flag(recognize)
     _add_process_parser(commands)
@@ -543,7 +544,6 @@ def _recognize_one(engine: Engine, path: Path, task: str, max_tokens: int) -> bo
     """Print one image's result (or its error) as a JSON line; False when it was not an image."""
     from .documents.ingest import sniff
     from .engine.images import ImageError
-    from .engine.prompts import TASK_PROMPTS
     from .engine.request import Request
 
     data = path.read_bytes()

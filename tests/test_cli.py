@@ -457,7 +457,7 @@ def test_quire_max_pages_fails_a_longer_document_with_the_services_error_code(en
     assert status == 1 and (failed["status"], failed["error"]["code"]) == ("failed", "too_many_pages")
     settings = get_settings()
     with pytest.raises(DocumentError) as refused:  # the service's stages, under the same settings
-        ingest(sample.read_bytes(), DocumentOptions().resolved(settings).process_options(settings).limits)
+        ingest(sample.read_bytes(), DocumentOptions().resolved(settings).for_pipeline(settings).limits)
     assert refused.value.code == "too_many_pages"
 
 

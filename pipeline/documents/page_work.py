@@ -72,7 +72,7 @@ class RegionsTask:
     timings_ms: dict[str, float]
 
 
-Task = OpenTask | PageTask | RegionsTask
+PageWorkTask = OpenTask | PageTask | RegionsTask
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ class PageWorker:
         self._open: OrderedDict[int, IngestedDocument] = OrderedDict()
         self._limit = open_documents
 
-    def run(self, task: Task) -> Result:
+    def run(self, task: PageWorkTask) -> Result:
         """The task's result; a task that raises fails its page (or document) alone, and the worker goes on."""
         try:
             if isinstance(task, OpenTask):
@@ -218,7 +218,7 @@ class PageWorker:
             self._open.popitem(last=False)[1].close()
 
 
-def failed_work(task: Task, problem: Problem) -> Opened | PageWork:
+def failed_work(task: PageWorkTask, problem: Problem) -> Opened | PageWork:
     """What a task comes to when it cannot be carried out (its worker died under it, say)."""
     if isinstance(task, OpenTask):
         return Opened(task.doc, None, None, None, error=problem)

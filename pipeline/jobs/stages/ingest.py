@@ -19,7 +19,7 @@ from pipeline.documents.results import Problem
 from pipeline.documents.stages import open_document
 from pipeline.jobs.context import Context
 from pipeline.jobs.dispatch import Send
-from pipeline.jobs.stages.pages import OPEN_PAGE, process_options, wanted
+from pipeline.jobs.stages.pages import OPEN_PAGE, stored_options, wanted
 
 
 def ingest_document(ctx: Context, document_id: str) -> list[Send]:
@@ -30,7 +30,7 @@ def ingest_document(ctx: Context, document_id: str) -> list[Send]:
             return []
         if document.status == "queued":
             document.status, document.started_at = "processing", utcnow()
-        sha256, options = document.sha256, process_options(ctx, document.options)
+        sha256, options = document.sha256, stored_options(ctx, document.options)
     started = time.perf_counter()
     data = ctx.blobs.get(sha256)
     try:

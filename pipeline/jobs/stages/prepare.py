@@ -20,7 +20,7 @@ from pipeline.documents.results import PageOutput, Problem
 from pipeline.jobs.context import Context
 from pipeline.jobs.dispatch import Send
 from pipeline.jobs.rows import region_row
-from pipeline.jobs.stages.pages import OPEN_PAGE, finish_page, keep_blobs, lock_document, process_options
+from pipeline.jobs.stages.pages import OPEN_PAGE, finish_page, keep_blobs, lock_document, stored_options
 
 
 def prepare_page(ctx: Context, page_id: int) -> list[Send]:
@@ -32,7 +32,7 @@ def prepare_page(ctx: Context, page_id: int) -> list[Send]:
         return []
     if page.status != "queued":
         return _pass_on(page_id, page.status, page.document_id)
-    laid_out = _lay_out(ctx, page.sha256, page.index, process_options(ctx, page.options), page.options["layout"])
+    laid_out = _lay_out(ctx, page.sha256, page.index, stored_options(ctx, page.options), page.options["layout"])
     if isinstance(laid_out, FailedPage):
         return _finish_failed_page(ctx, page_id, laid_out.output)
     png = page_png(laid_out.page.image)  # lossless: the crops the GPU worker cuts must be the pixels layout saw
