@@ -26,7 +26,7 @@ from pipeline.documents.lazy_recognizer import NO_MODEL, LazyRecognizer, ModelUn
 from pipeline.documents.page_pool import InlinePages, PagePool, default_workers
 from pipeline.documents.page_ranges import PageRanges, parse_page_ranges
 from pipeline.documents.process import PageCallback
-from pipeline.documents.recognize import EngineRecognizer, Recognizer
+from pipeline.documents.recognizer import EngineRecognizer, Recognizer
 from pipeline.documents.results import DocumentOutput
 from pipeline.documents.stream import (
     DocumentCallback,

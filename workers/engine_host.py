@@ -15,7 +15,7 @@ from transformers import AutoTokenizer  # noqa: F401 - see below
 
 from pipeline.config import Settings
 from pipeline.documents.lazy_recognizer import ABSENT, NO_MODEL, ModelUnavailable, SkippingRecognizer
-from pipeline.documents.recognize import EngineRecognizer, Recognizer
+from pipeline.documents.recognizer import EngineRecognizer, Recognizer
 from pipeline.engine.engine import Engine
 from pipeline.engine.errors import CheckpointError
 from pipeline.engine.model.loader import resolve_checkpoint

@@ -23,7 +23,6 @@ from pathlib import Path
 from PIL import Image
 
 from pipeline.documents.errors import DocumentError
-from pipeline.documents.ingest import IngestedDocument, SourcePage, ingest, sniff
 from pipeline.documents.layout import LayoutBackend, reads_pdf
 from pipeline.documents.layout_contract import DetectedRegion
 from pipeline.documents.layout_furniture import Furniture, document_furniture, remember_furniture
@@ -40,6 +39,7 @@ from pipeline.documents.process import (
 from pipeline.documents.regions import crop
 from pipeline.documents.render import RenderedPage
 from pipeline.documents.results import PageOutput, Problem
+from pipeline.documents.source import IngestedDocument, SourcePage, ingest, sniff
 from pipeline.documents.stages import open_document
 from pipeline.engine.images import ImageError, ImageSettings, ModelImage, load_image, model_image
 

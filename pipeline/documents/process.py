@@ -18,14 +18,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pipeline.documents.errors import DocumentError
-from pipeline.documents.ingest import Limits, SourcePage, sniff
 from pipeline.documents.layout import LayoutBackend, detect_many
 from pipeline.documents.layout_choice import choose_layout
 from pipeline.documents.layout_contract import DetectedRegion, LaidPage
 from pipeline.documents.page_images import PageImages
 from pipeline.documents.page_ranges import PageRanges
 from pipeline.documents.postprocess import postprocess
-from pipeline.documents.recognize import Recognition
+from pipeline.documents.recognizer import Recognition
 from pipeline.documents.regions import PreparedRegion, RegionOptions, prepare_regions
 from pipeline.documents.render import RenderedPage, render_page_result
 from pipeline.documents.results import (
@@ -35,6 +34,7 @@ from pipeline.documents.results import (
     RegionContent,
     RegionOutput,
 )
+from pipeline.documents.source import Limits, SourcePage, sniff
 
 
 @dataclass(frozen=True)

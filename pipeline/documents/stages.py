@@ -15,8 +15,8 @@ walks both over a document and compares.
 
 from __future__ import annotations
 
-from pipeline.documents.ingest import IngestedDocument, ingest
 from pipeline.documents.process import ProcessOptions
+from pipeline.documents.source import IngestedDocument, ingest
 
 
 def open_document(data: bytes, options: ProcessOptions) -> IngestedDocument:

@@ -50,7 +50,7 @@ from pipeline.documents.process import (
     document_status,
     out_of_range,
 )
-from pipeline.documents.recognize import Recognition, RecognitionTask, Recognizer
+from pipeline.documents.recognizer import Recognition, RecognitionTask, Recognizer
 from pipeline.documents.results import DocumentOutput, PageOutput
 
 

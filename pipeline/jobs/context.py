@@ -20,7 +20,7 @@ from pipeline.config import Settings
 from pipeline.db.session import create_db_engine
 from pipeline.documents.layout import LayoutBackend, layout_backend
 from pipeline.documents.layout_weights import LayoutModelUnavailable
-from pipeline.documents.recognize import Recognizer
+from pipeline.documents.recognizer import Recognizer
 from pipeline.engine_settings import layout_device
 from pipeline.jobs.cancel_watch import CancelWatch
 from pipeline.jobs.dispatch import Dispatcher

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import get_args
 
-from pipeline.documents.recognize import TASKS
+from pipeline.documents.recognizer import TASKS
 from pipeline.engine.prompts import PROMPT_TASKS, TASK_PROMPTS, RegionTask, Task
 
 

@@ -17,7 +17,7 @@ from pipeline.config import Settings
 from pipeline.documents.assemble import document_json, document_markdown
 from pipeline.documents.layout import layout_backend
 from pipeline.documents.outputs import DocumentWriter
-from pipeline.documents.recognize import EngineRecognizer
+from pipeline.documents.recognizer import EngineRecognizer
 from pipeline.documents.stream import process_document
 from pipeline.engine.engine import Engine
 from pipeline.jobs.options import DocumentOptions

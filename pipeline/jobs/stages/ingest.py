@@ -14,8 +14,8 @@ from pipeline.db.models import FINAL_DOCUMENT_STATUSES, Document, Page, utcnow
 from pipeline.db.session import session_scope
 from pipeline.db.upserts import insert_pages
 from pipeline.documents.errors import DocumentError
-from pipeline.documents.ingest import sniff
 from pipeline.documents.results import Problem
+from pipeline.documents.source import sniff
 from pipeline.documents.stages import open_document
 from pipeline.jobs.context import Context
 from pipeline.jobs.dispatch import Send

@@ -12,11 +12,11 @@ from pipeline.db.models import Document, Page
 from pipeline.db.session import reading, session_scope
 from pipeline.db.upserts import upsert_regions
 from pipeline.documents.errors import DocumentError
-from pipeline.documents.ingest import SourcePage, ingest
 from pipeline.documents.layout_weights import LayoutModelUnavailable
 from pipeline.documents.page_images import page_png
 from pipeline.documents.process import FailedPage, LaidOutPage, ProcessOptions, lay_out, page_problem
 from pipeline.documents.results import PageOutput, Problem
+from pipeline.documents.source import SourcePage, ingest
 from pipeline.jobs.context import Context
 from pipeline.jobs.dispatch import Send
 from pipeline.jobs.rows import region_row

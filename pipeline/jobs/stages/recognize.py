@@ -20,7 +20,7 @@ from pipeline.db.models import Document, Page, Region
 from pipeline.db.session import reading, session_scope
 from pipeline.db.upserts import CropKey, recall_recognitions, remember_recognitions, upsert_regions
 from pipeline.documents.process import page_problem, recognized_region
-from pipeline.documents.recognize import Recognition, RecognitionTask, Recognizer
+from pipeline.documents.recognizer import Recognition, RecognitionTask, Recognizer
 from pipeline.documents.results import RegionContent, RegionOutput
 from pipeline.jobs.context import Context
 from pipeline.jobs.dispatch import Send
