@@ -20,6 +20,7 @@ from pipeline.documents.assemble import load_schema
 from pipeline.engine.errors import CheckpointError
 from pipeline.engine.scheduler import Step
 from pipeline.jobs.cancel import cancel_document
+from pipeline.jobs.dispatch import Send
 from pipeline.jobs.graph import GRAPH, run_stage
 from tests.documents.samples import ENCRYPTED, ENCRYPTED_PASSWORD
 from tests.jobs.conftest import accept, embedded_workers, wait_until_final
@@ -114,6 +115,29 @@ def test_a_page_that_cannot_be_rendered_fails_alone_and_the_document_is_partial(
     assert [(page["status"], (page["error"] or {}).get("code")) for page in result["pages"]] == [
         ("succeeded", None), ("failed", "page_too_large")]
     assert "<!-- page 2 failed: page_too_large -->" in markdown
+
+
+def test_each_stage_returns_its_sends_once_its_work_is_committed_and_sends_nothing_itself(service):
+    ctx = service.context
+    sent: list[str] = []
+    service.send = lambda stage, key, delay_s=0.0: sent.append(stage)
+    document_id = accept(service, FOUR_PAGES, "four.pdf", send=False)
+    prepares = GRAPH["ingest"].run(ctx, document_id)
+    with session_scope(ctx.db) as session:
+        page_ids = session.scalars(select(Page.id).where(Page.document_id == document_id).order_by(Page.index)).all()
+    assert prepares == [Send("prepare", page_id) for page_id in page_ids]
+    recognizes = [send for page_id in page_ids for send in GRAPH["prepare"].run(ctx, page_id)]
+    assert [(send.stage, send.key) for send in recognizes] == [("recognize", page_id) for page_id in page_ids]
+    with session_scope(ctx.db) as session:  # each page's image is stored before its send is returned
+        keys = session.scalars(select(Page.image_key).where(Page.document_id == document_id)
+                               .order_by(Page.index)).all()
+        assert [send.image[0] for send in recognizes] == keys
+    finalizes = [GRAPH["recognize"].run(ctx, page_id) for page_id in page_ids]
+    assert finalizes == [[], [], [], [Send("finalize", document_id)]]  # the last page to finish sends it
+    assert GRAPH["finalize"].run(ctx, document_id) == []  # no webhook: nothing to deliver
+    assert sent == []
+    with session_scope(ctx.db) as session:
+        assert session.get_one(Document, document_id).status == "succeeded"
 
 
 def test_every_stage_run_again_changes_nothing(service):
