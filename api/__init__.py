@@ -1,1 +1,1 @@
-"""The FastAPI upload-and-poll service in front of the pipeline (see DESIGN.md, data flow)."""
+"""The FastAPI upload-and-poll service in front of the pipeline (docs/architecture.md: an upload's path)."""

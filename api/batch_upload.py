@@ -30,7 +30,7 @@ from api.upload import (
 )
 from pipeline.archives import ArchiveKind, Rejected, archive_kind
 from pipeline.config import Settings
-from pipeline.documents.ingest import SNIFF_BYTES
+from pipeline.documents.source import SNIFF_BYTES
 from pipeline.jobs.batches import BatchUpload, SpooledArchive, StagedDocument, unreadable
 from pipeline.storage import BlobStore, BlobWriter
 

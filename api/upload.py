@@ -24,7 +24,7 @@ from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 
 from api.errors import ApiError, validation_message
-from pipeline.documents.ingest import FORMATS, SNIFF_BYTES, sniff
+from pipeline.documents.source import FORMATS, SNIFF_BYTES, sniff
 from pipeline.jobs.options import DocumentOptions
 from pipeline.storage import BlobStore, BlobWriter
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from fastapi import Request
+from sqlalchemy.orm import Session
 
 from api.errors import ErrorDetail
-from api.schemas import Counts, DocumentAccepted, DocumentLinks, DocumentStatus, DocumentSummary, PageResult, Progress
-from pipeline.db.models import Document, Page, shown_options
+from api.schemas import DocumentAccepted, DocumentLinks, DocumentStatus, DocumentSummary, PageResult
+from pipeline.db.models import Document, Page
 from pipeline.documents.assemble import MarkdownOptions, page_json
 from pipeline.jobs.rows import page_output, picture_links
+from pipeline.jobs.summaries import document_summary
 
 
 def document_url(request: Request, document_id: str) -> str:
@@ -21,21 +23,13 @@ def document_accepted_view(request: Request, document: Document) -> DocumentAcce
                             status_url=document_url(request, document.id))
 
 
-def document_status_view(request: Request, document: Document, regions: tuple[int, int]) -> DocumentStatus:
-    """`regions` is (done, total) from region_counts."""
+def document_status_view(request: Request, session: Session, document: Document) -> DocumentStatus:
+    """The document's summary (what its webhook events carry too) with the links a client follows from here."""
     result = request.url_for("get_result", document_id=document.id)
-    return DocumentStatus(
-        id=document.id, filename=document.filename, status=document.status,  # type: ignore[arg-type]
-        media_type=document.media_type, size=document.size_bytes, sha256=document.sha256,
-        page_count=document.page_count,
-        options=shown_options(document.options),
-        progress=Progress(pages=Counts(done=document.pages_done, total=document.page_count),
-                          regions=Counts(done=regions[0], total=regions[1])),
-        error=_problem(document), timings_ms=dict(document.timings or {}), created_at=document.created_at,
-        started_at=document.started_at, finished_at=document.finished_at,
-        links=DocumentLinks(self=document_url(request, document.id),
-                            result_json=str(result.include_query_params(format="json")),
-                            result_markdown=str(result.include_query_params(format="markdown"))))
+    links = DocumentLinks(self=document_url(request, document.id),
+                          result_json=str(result.include_query_params(format="json")),
+                          result_markdown=str(result.include_query_params(format="markdown")))
+    return DocumentStatus(**document_summary(session, document), links=links)
 
 
 def document_summary_view(request: Request, document: Document) -> DocumentSummary:

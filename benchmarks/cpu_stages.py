@@ -19,10 +19,10 @@ from pathlib import Path
 from pipeline.config import get_settings
 from pipeline.document_settings import process_options
 from pipeline.documents.errors import DocumentError
-from pipeline.documents.ingest import Limits, ingest
 from pipeline.documents.layout_furniture import clear_cache
 from pipeline.documents.layout_pdf import PdfLayout
 from pipeline.documents.render import render_page_result
+from pipeline.documents.source import Limits, ingest
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPORA = (ROOT.parent / "shared" / "corpus", ROOT / "tests" / "fixtures" / "corpus")

@@ -15,7 +15,6 @@ tiny size (the fused attention under Triton's interpreter), which is how the tes
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import statistics
@@ -29,11 +28,11 @@ from pathlib import Path
 import torch
 
 from benchmarks.engine_throughput import engine_round, logit_rel_err, workload
+from benchmarks.engines import random_model, release
 from benchmarks.transformers_reference import load_model, load_processor
 from pipeline.engine.core import EngineConfig
 from pipeline.engine.engine import Engine
 from pipeline.engine.model.config import ModelConfig
-from pipeline.engine.model.paddleocr_vl import PaddleOCRVL
 from pipeline.engine.model.quantization import QuantizedLinear, quantized_weight_bytes
 from pipeline.engine.processor import Processor
 from pipeline.engine.request import Request
@@ -41,15 +40,6 @@ from pipeline.samples.images import sample_image
 from pipeline.samples.tiny_checkpoint import TinySpec, write_tiny_checkpoint
 
 SIDE_KV_CACHE = 1 << 30  # engines beside the shared one: unsized, each would take most of the free device memory
-
-
-def release(engine: Engine) -> None:
-    """Stop the engine's loop and hand its device memory back, so later sections get it."""
-    engine.close()
-    del engine
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
 
 
 class Bench:
@@ -92,20 +82,6 @@ class Bench:
                 self._engine = Engine(random_model(ModelConfig(), self.device, torch.bfloat16),
                                       Processor.from_pretrained(self.tiny), config)
         return self._engine
-
-
-def random_model(config: ModelConfig, device: torch.device, dtype: torch.dtype) -> PaddleOCRVL:
-    """The model at `config`'s shape with random weights made on the device (a 1.9 GB file cannot travel there)."""
-    with torch.device("meta"):
-        model = PaddleOCRVL(config)
-    model = model.to_empty(device=device)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if parameter.dim() > 1:
-                parameter.normal_(0.0, 0.02)
-            else:
-                parameter.fill_(1.0 if "norm" in name else 0.0)
-    return model.to(dtype).eval()
 
 
 def versions(bench: Bench) -> dict:

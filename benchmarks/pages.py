@@ -248,7 +248,7 @@ class Bench:
 
     def _replay(self, requests: list[Any], wall: float) -> dict[str, Any]:
         """The run's requests into a fresh engine (new caches, the same weights), all at once."""
-        from benchmarks.gpu import release
+        from benchmarks.engines import release
         from pipeline.engine.engine import Engine
 
         model, processor, config = self.engine.model, self.engine.processor, self.engine.config
@@ -318,7 +318,7 @@ def real_shape_engine(tiny: Path, config: Any) -> Any:
     """The 0.9B shape with random weights made on the device, with the tiny checkpoint's tokenizer and template."""
     import torch
 
-    from benchmarks.gpu import random_model
+    from benchmarks.engines import random_model
     from pipeline.engine.devices import resolve_device, resolve_dtype
     from pipeline.engine.engine import Engine
     from pipeline.engine.model.config import ModelConfig

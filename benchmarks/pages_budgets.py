@@ -15,10 +15,10 @@ from typing import Any
 import pymupdf
 
 from pipeline.documents.errors import DocumentError
-from pipeline.documents.ingest import SourcePage, ingest
 from pipeline.documents.layout import LayoutBackend
 from pipeline.documents.process import LaidOutPage, ProcessOptions, lay_out
-from pipeline.documents.recognize import EngineRecognizer, RecognitionTask, task_prompt
+from pipeline.documents.recognizer import EngineRecognizer, RecognitionTask, task_prompt
+from pipeline.documents.source import SourcePage, ingest
 from pipeline.documents.stream import region_tag
 from pipeline.engine.request import Request
 

@@ -77,7 +77,7 @@ class InProcess:
     def __init__(self, model: Path, root: Path) -> None:
         from pipeline.document_settings import process_options
         from pipeline.documents.layout import layout_backend
-        from pipeline.documents.recognize import EngineRecognizer
+        from pipeline.documents.recognizer import EngineRecognizer
         from pipeline.engine.engine import Engine
 
         self.model, self.root = model, root

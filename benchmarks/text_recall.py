@@ -31,7 +31,7 @@ from pipeline.document_settings import process_options
 from pipeline.documents.assemble import EXCLUDED_BY_DEFAULT, page_markdown
 from pipeline.documents.layout import layout_backend
 from pipeline.documents.layout_text import TEXT_FLAGS, line_text
-from pipeline.documents.recognize import Recognition, RecognitionTask
+from pipeline.documents.recognizer import Recognition, RecognitionTask
 from pipeline.documents.results import PageOutput
 from pipeline.documents.stream import process_document
 

@@ -8,6 +8,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, PositiveInt, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from pipeline.engine.prompts import Task
+
 ApiKeysMode = Literal["auto", "required", "off"]
 # the page rendering resolutions an upload's `dpi` and `quire process --dpi` take, one range for both: 0 cannot
 # render, and past 600 a large page passes the render cap and would be lowered anyway
@@ -39,7 +41,7 @@ class Settings(BaseSettings):
     # text regions are not cut off), less where a task never needs more (engine_settings.SHORT_TASKS), and
     # QUIRE_TASK_MAX_TOKENS='{"formula": 2048}' per task over both
     max_tokens: PositiveInt = 8192
-    task_max_tokens: dict[Literal["ocr", "table", "formula", "chart", "spotting", "seal"], PositiveInt] = {}
+    task_max_tokens: dict[Task, PositiveInt] = {}
     max_image_pixels: int = 100_000_000
     cache_dir: Path = Path.home() / ".cache" / "quire"
     # documents (`quire process`, the workers)

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from pipeline.config import Settings
-from pipeline.documents.ingest import Limits
 from pipeline.documents.page_ranges import PageRanges
 from pipeline.documents.process import ProcessOptions
 from pipeline.documents.regions import RegionOptions
+from pipeline.documents.source import Limits
 
 
 def process_options(settings: Settings, *, tasks: Collection[str] | None = None, password: str | None = None,

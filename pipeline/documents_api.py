@@ -26,7 +26,7 @@ from pipeline.documents.lazy_recognizer import NO_MODEL, LazyRecognizer, ModelUn
 from pipeline.documents.page_pool import InlinePages, PagePool, default_workers
 from pipeline.documents.page_ranges import PageRanges, parse_page_ranges
 from pipeline.documents.process import PageCallback
-from pipeline.documents.recognize import EngineRecognizer, Recognizer
+from pipeline.documents.recognizer import EngineRecognizer, Recognizer
 from pipeline.documents.results import DocumentOutput
 from pipeline.documents.stream import (
     DocumentCallback,
@@ -40,7 +40,8 @@ from pipeline.engine.devices import resolve_device
 from pipeline.engine.images import ImageSettings
 from pipeline.engine.model.errors import CheckpointError
 from pipeline.engine.model.loader import local_checkpoint
-from pipeline.engine_settings import layout_device, pages_in_flight, task_max_tokens, weights_scheme
+from pipeline.engine_settings import layout_device, pages_in_flight, task_max_tokens
+from pipeline.model_loading import load_engine, model_revision
 
 if TYPE_CHECKING:
     from pipeline.engine.engine import Engine
@@ -171,35 +172,19 @@ class DocumentProcessor:
     def _recognizer(self) -> Recognizer:
         """The engine's recognizer, loading the engine now (the first region that needs it is here)."""
         if self._engine is None:
-            self._engine = load_engine(self.model, self.settings)
-            self.revision = model_revision(self.model, weights_scheme(self.settings))
+            if self.model is None:
+                raise ModelUnavailable.none_asked_for()
+            try:
+                self._engine = load_engine(self.model, self.settings)
+            except CheckpointError as exc:  # LazyRecognizer skips the regions with the loader's code and message
+                raise ModelUnavailable(exc.code, str(exc)) from exc
+            self.revision = _revision(self.model, self.settings)
         return EngineRecognizer(self._engine, task_max_tokens(self.settings, self.max_tokens))
 
 
-def load_engine(model: str | None, settings: Settings) -> Engine:
-    """The engine on `model`; ModelUnavailable (with the loader's code and message: what is wrong, how to get it)
-    if it cannot load, or if no model was asked for."""
-    from pipeline.engine.engine import Engine
-    from pipeline.engine.model.errors import CheckpointError
-    from pipeline.engine_settings import engine_kwargs
-
-    if model is None:
-        raise ModelUnavailable.none_asked_for()
+def _revision(model: str, settings: Settings) -> str | None:
+    """model_revision, or None when it cannot be told (the result then names the model without it)."""
     try:
-        return Engine.from_pretrained(model, **engine_kwargs(settings))
-    except CheckpointError as exc:
-        raise ModelUnavailable(exc.code, str(exc)) from exc
-
-
-def model_revision(model: str | None, scheme: str = "none") -> str | None:
-    """The hub commit or the weights' fingerprint (see revision.py), or None when it cannot be told."""
-    from pipeline.engine.model.errors import CheckpointError
-    from pipeline.engine.model.loader import resolve_checkpoint
-    from pipeline.engine.model.revision import checkpoint_revision
-
-    if model is None:
-        return None
-    try:
-        return checkpoint_revision(resolve_checkpoint(model), scheme)
+        return model_revision(model, settings)
     except (CheckpointError, OSError):
         return None

@@ -16,6 +16,9 @@ import pytest
 
 import workers.tasks
 from pipeline import cli, documents_api
+from pipeline.cli import service_commands
+from pipeline.cli.process_command import Console
+from pipeline.cli.service_commands import load_models
 from pipeline.config import get_settings
 from pipeline.db import migrate
 from pipeline.documents.assemble import load_schema
@@ -167,7 +170,7 @@ def test_process_writes_each_file_and_reports_the_files_in_the_order_given(tmp_p
 
 
 def test_the_console_holds_a_file_s_line_until_the_files_before_it_are_reported(capsys):
-    console = cli._Console(["a.pdf", "b.pdf", "c.pdf"])
+    console = Console(["a.pdf", "b.pdf", "c.pdf"])
     console.done(2, "1 page, succeeded", 1500.0)
     console.done(1, "2 pages, succeeded", 500.0)
     assert capsys.readouterr().err == ""
@@ -318,7 +321,7 @@ def start_worker(env: pytest.MonkeyPatch, *arguments: str) -> tuple[list[str], P
     argv: list[str] = []
     context = PreloadSeen()
     env.setattr(migrate, "upgrade_to_head", lambda url: None)
-    env.setattr(cli, "configure_logging", lambda *args: None)
+    env.setattr(service_commands, "configure_logging", lambda *args: None)
     env.setattr(app, "worker_main", argv.extend)
     env.setattr(workers.tasks, "context", lambda: context)
     assert cli.main(["worker", *arguments]) == 0
@@ -374,7 +377,7 @@ def test_the_embedded_service_loads_the_layout_model_before_the_engine():
             loaded.append("engine")
 
     workers = SimpleNamespace(context=SimpleNamespace(preload_layout=lambda: loaded.append("layout")))
-    cli._load_models(workers, Host())
+    load_models(workers, Host())
     assert loaded == ["layout", "engine"]
 
 
@@ -446,8 +449,8 @@ def test_pages_processes_only_the_pages_asked_for(env, tmp_path, capsys):
 
 def test_quire_max_pages_fails_a_longer_document_with_the_services_error_code(env, tmp_path, capsys):
     from pipeline.documents.errors import DocumentError
-    from pipeline.documents.ingest import ingest
     from pipeline.documents.sample_pdf import write_sample_pdf
+    from pipeline.documents.source import ingest
     from pipeline.jobs.options import DocumentOptions
 
     env.setenv("QUIRE_MAX_PAGES", "1")
@@ -457,7 +460,7 @@ def test_quire_max_pages_fails_a_longer_document_with_the_services_error_code(en
     assert status == 1 and (failed["status"], failed["error"]["code"]) == ("failed", "too_many_pages")
     settings = get_settings()
     with pytest.raises(DocumentError) as refused:  # the service's stages, under the same settings
-        ingest(sample.read_bytes(), DocumentOptions().resolved(settings).process_options(settings).limits)
+        ingest(sample.read_bytes(), DocumentOptions().resolved(settings).for_pipeline(settings).limits)
     assert refused.value.code == "too_many_pages"
 
 

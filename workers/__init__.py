@@ -1,1 +1,2 @@
-"""Celery glue: the CPU and GPU workers that run the pipeline (see DESIGN.md, data flow)."""
+"""What runs the service's stages: Celery tasks on the CPU and GPU workers, or the embedded mode's thread pools, and
+a GPU worker's resident engine (docs/architecture.md: the service's stages)."""

@@ -20,12 +20,11 @@ from pipeline.config import Settings
 from pipeline.db.models import Document
 from pipeline.db.session import session_scope
 from pipeline.jobs.context import RecognitionHost, open_context
-from pipeline.jobs.deliveries import resume_deliveries
 from pipeline.jobs.dispatch import Stage
 from pipeline.jobs.graph import queues, run_stage
 from pipeline.jobs.model_status import ModelStatus
 from pipeline.jobs.reaper import ReaperThread
-from pipeline.jobs.start import start_document
+from pipeline.jobs.start import resume_deliveries, start_document
 
 log = logging.getLogger(__name__)
 RETRIES = 3  # a stage that raises (the database busy, say) is run again this many times, backing off

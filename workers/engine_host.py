@@ -15,15 +15,15 @@ from transformers import AutoTokenizer  # noqa: F401 - see below
 
 from pipeline.config import Settings
 from pipeline.documents.lazy_recognizer import ABSENT, NO_MODEL, ModelUnavailable, SkippingRecognizer
-from pipeline.documents.recognize import EngineRecognizer, Recognizer
+from pipeline.documents.recognizer import EngineRecognizer, Recognizer
 from pipeline.engine.engine import Engine
 from pipeline.engine.host_memory import bound_onednn_caches
 from pipeline.engine.model.errors import CheckpointError
 from pipeline.engine.model.loader import resolve_checkpoint
-from pipeline.engine.model.revision import checkpoint_revision
 from pipeline.engine.verify import CHECKS
-from pipeline.engine_settings import engine_kwargs, task_max_tokens, weights_scheme
+from pipeline.engine_settings import task_max_tokens
 from pipeline.jobs.model_status import ModelStatus
+from pipeline.model_loading import load_engine, model_revision
 
 NONE_ASKED_FOR = ModelStatus(NO_MODEL, "model_none", str(ModelUnavailable.none_asked_for()))
 
@@ -61,7 +61,7 @@ class EngineHost:
         """The hub commit, or a fingerprint that reads a few MB, never the whole weights."""
         assert self.model is not None
         try:
-            return checkpoint_revision(resolve_checkpoint(self.model), weights_scheme(self.settings))
+            return model_revision(self.model, self.settings)
         except Exception as exc:  # the first thing a region asks of a missing checkpoint: /readyz must hear of it
             self._status = ModelStatus.failed(self.model, exc)
             raise
@@ -76,7 +76,7 @@ class EngineHost:
         with self._lock:
             if self._engine is None:
                 try:
-                    self._engine = Engine.from_pretrained(self.model, **engine_kwargs(self.settings))
+                    self._engine = load_engine(self.model, self.settings)
                 except Exception as exc:
                     self._status = ModelStatus.failed(self.model, exc)
                     raise

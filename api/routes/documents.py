@@ -24,7 +24,6 @@ from api.queries import newest_documents, owned_document, owned_page
 from api.schemas import DocumentAccepted, DocumentList, DocumentState, DocumentStatus, PageResult
 from api.upload import form_options, receive_upload, upload_openapi
 from api.views import document_accepted_view, document_status_view, document_summary_view, document_url, page_view
-from pipeline.db.counts import region_counts
 from pipeline.db.session import session_scope
 from pipeline.documents.page_images import picture_png
 from pipeline.jobs.cancel import NotCancelable, cancel_document
@@ -87,7 +86,7 @@ def get_document(request: Request, ctx: ContextDep, tenant: TenantId, document_i
     """Status and progress."""
     with session_scope(ctx.db) as session:
         document = owned_document(session, tenant, document_id)
-        return document_status_view(request, document, region_counts(session, document_id))
+        return document_status_view(request, session, document)
 
 
 @router.get("/{document_id}/result", response_class=StreamingResponse, responses={
@@ -160,7 +159,7 @@ def cancel(request: Request, ctx: ContextDep, tenant: TenantId, document_id: str
         raise ApiError(404, "document_not_found", f"no document {document_id}")
     with session_scope(ctx.db) as session:
         document = owned_document(session, tenant, document_id)
-        return document_status_view(request, document, region_counts(session, document_id))
+        return document_status_view(request, session, document)
 
 
 @router.delete("/{document_id}", status_code=204, response_class=Response, responses=error_responses(404, 422))

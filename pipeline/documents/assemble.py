@@ -15,11 +15,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.documents.heading_levels import heading_levels, numbered_level
 from pipeline.documents.paragraph_flow import run_on, runs_on
-from pipeline.documents.results import DocumentOutput, PageOutput, Problem, RegionOutput
+
+if TYPE_CHECKING:  # the results render themselves through this module (results.py imports it)
+    from pipeline.documents.results import DocumentOutput, PageOutput, Problem, RegionOutput
 
 SCHEMA_PATH = Path(__file__).with_name("result.schema.json")
 SCHEMA_VERSION = 1
@@ -188,7 +190,7 @@ def _region_json(region: RegionOutput) -> dict[str, Any]:
                    "cached": usage.cached_tokens} if used_model else None,
         "timings_ms": {"ttft": round(usage.ttft_ms or 0.0, 1), "decode": round(usage.decode_ms or 0.0, 1)}
         if used_model else None,
-        "error": _problem(Problem(region.error.code, SKIPPED) if region.skipped and region.error else region.error),
+        "error": _problem(replace(region.error, message=SKIPPED) if region.skipped and region.error else region.error),
     }
 
 

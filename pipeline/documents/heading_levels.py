@@ -13,8 +13,10 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pipeline.documents.results import PageOutput, RegionOutput
+if TYPE_CHECKING:  # the results render themselves through assemble.py, which uses this module
+    from pipeline.documents.results import PageOutput, RegionOutput
 
 HEADING = "paragraph_title"
 _SECTION_NUMBER = re.compile(r"^\s*(\d+(?:\.\d+)*)\.?\s")

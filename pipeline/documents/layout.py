@@ -18,12 +18,12 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from pipeline.config import get_settings
-from pipeline.documents.ingest import SourcePage
 from pipeline.documents.layout_contract import DetectedRegion, LaidPage
 from pipeline.documents.layout_page import PageLayout
 from pipeline.documents.layout_pdf import PdfLayout
 from pipeline.documents.layout_weights import local_layout_weights
 from pipeline.documents.render import RenderedPage
+from pipeline.documents.source import SourcePage
 
 __all__ = ["LAYOUT_BACKENDS", "AutoLayout", "LayoutBackend", "NamedLayout", "batches", "detect_many", "layout_backend",
            "reads_pdf"]

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.documents.ingest import SourcePage
 from pipeline.documents.layout import AutoLayout, LayoutBackend
 from pipeline.documents.layout_contract import DetectedRegion
 from pipeline.documents.layout_page import PageLayout
 from pipeline.documents.render import RenderedPage
+from pipeline.documents.source import SourcePage
 
 NO_WEIGHTS = "no layout weights"
 

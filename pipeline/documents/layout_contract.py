@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.documents.ingest import SourcePage
 from pipeline.documents.render import RenderedPage
+from pipeline.documents.source import SourcePage
 
 BBox = tuple[float, float, float, float]  # x0, y0, x1, y1 in pixels of the rendered page image
 LaidPage = tuple[RenderedPage, SourcePage]  # what a backend lays out: the page image and the page it was rendered from

@@ -25,8 +25,8 @@ from typing import Literal
 
 import pymupdf
 
-from pipeline.documents.ingest import IngestedDocument
 from pipeline.documents.layout_text import TEXT_FLAGS, line_text
+from pipeline.documents.source import IngestedDocument
 
 Band = Literal["top", "bottom"]
 

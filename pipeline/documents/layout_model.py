@@ -29,10 +29,10 @@ from torch.nn import functional
 from transformers import AutoConfig, PPDocLayoutV2ForObjectDetection, PPDocLayoutV3ForObjectDetection
 from transformers.utils import ModelOutput
 
-from pipeline.documents.ingest import SourcePage
 from pipeline.documents.layout_contract import LABELS, BBox, DetectedRegion, LaidPage
 from pipeline.documents.layout_weights import LayoutModelUnavailable, resolve_layout_weights
 from pipeline.documents.render import RenderedPage
+from pipeline.documents.source import SourcePage
 
 _MODEL_CLASSES = {
     "pp_doclayout_v2": PPDocLayoutV2ForObjectDetection,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pipeline.documents.ingest import SourcePage
 from pipeline.documents.layout_contract import DetectedRegion
 from pipeline.documents.render import RenderedPage
+from pipeline.documents.source import SourcePage
 
 
 class PageLayout:

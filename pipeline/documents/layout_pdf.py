@@ -25,7 +25,6 @@ from itertools import pairwise
 
 import pymupdf
 
-from pipeline.documents.ingest import SourcePage
 from pipeline.documents.layout_backdrops import without_backdrops
 from pipeline.documents.layout_contract import BBox, DetectedRegion
 from pipeline.documents.layout_formulas import split_formulas
@@ -38,6 +37,7 @@ from pipeline.documents.layout_paragraphs import paragraphs
 from pipeline.documents.layout_plots import holds_plot
 from pipeline.documents.layout_text import Line, on_image, text_blocks
 from pipeline.documents.render import RenderedPage
+from pipeline.documents.source import SourcePage
 
 # With pymupdf-layout installed, find_tables first runs that package's ONNX model (~0.4 s a page); this backend
 # is model-free and finds ruled tables from the drawn lines alone. Older PyMuPDF has no such switch.

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 
-from pipeline.documents.recognize import Recognition, RecognitionTask, Recognizer
+from pipeline.documents.recognizer import Recognition, RecognitionTask, Recognizer
 
 NO_MODEL = "none"  # `--model none`, QUIRE_MODEL=none, model="none": no recognition model; its regions are skipped
 # The codes of "there is no model", as opposed to one that is there but broken: a run goes on without it, its

@@ -34,10 +34,10 @@ from pipeline.documents.page_work import (
     Crop,
     PageWork,
     PageWorker,
+    PageWorkTask,
     RegionsTask,
     Rendered,
     Result,
-    Task,
     failed_work,
 )
 from pipeline.documents.process import ProcessOptions
@@ -64,7 +64,7 @@ class InlinePages:
     def connect(self, deliver: Deliver) -> None:
         self._deliver = deliver
 
-    def send(self, task: Task) -> None:
+    def send(self, task: PageWorkTask) -> None:
         assert self._deliver is not None, "connect first"
         self._deliver(self.worker.run(task))
 
@@ -140,7 +140,7 @@ class PagePool:
             workers = list(self._workers)
         return timeout is None or all(worker.ready.wait(timeout) for worker in workers)
 
-    def send(self, task: Task) -> None:
+    def send(self, task: PageWorkTask) -> None:
         if not isinstance(task.source, Path):
             raise TypeError("page workers open documents from files; process bytes in the caller's thread")
         with self._lock:
@@ -232,10 +232,10 @@ class _Worker:
     def __init__(self, process: multiprocessing.process.BaseProcess, tasks: Connection, results: Connection) -> None:
         self.process, self.results = process, results
         self._tasks = tasks
-        self.tasks: deque[Task] = deque()  # sent and not yet answered, in order
+        self.tasks: deque[PageWorkTask] = deque()  # sent and not yet answered, in order
         self.ready = threading.Event()  # it said it is ready for tasks
 
-    def send(self, task: Task) -> None:
+    def send(self, task: PageWorkTask) -> None:
         self._tasks.send(pack(task))
 
     def stop(self) -> None:

@@ -23,7 +23,6 @@ from pathlib import Path
 from PIL import Image
 
 from pipeline.documents.errors import DocumentError
-from pipeline.documents.ingest import IngestedDocument, SourcePage, ingest, sniff
 from pipeline.documents.layout import LayoutBackend, reads_pdf
 from pipeline.documents.layout_contract import DetectedRegion
 from pipeline.documents.layout_furniture import Furniture, document_furniture, remember_furniture
@@ -40,6 +39,8 @@ from pipeline.documents.process import (
 from pipeline.documents.regions import crop
 from pipeline.documents.render import RenderedPage
 from pipeline.documents.results import PageOutput, Problem
+from pipeline.documents.source import IngestedDocument, SourcePage, ingest, sniff
+from pipeline.documents.stages import open_document
 from pipeline.engine.images import ImageError, ImageSettings, ModelImage, load_image, model_image
 
 Source = Path | bytes  # a document's file, or its bytes (in this thread only: workers are given files)
@@ -71,7 +72,7 @@ class RegionsTask:
     timings_ms: dict[str, float]
 
 
-Task = OpenTask | PageTask | RegionsTask
+PageWorkTask = OpenTask | PageTask | RegionsTask
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ class PageWorker:
         self._open: OrderedDict[int, IngestedDocument] = OrderedDict()
         self._limit = open_documents
 
-    def run(self, task: Task) -> Result:
+    def run(self, task: PageWorkTask) -> Result:
         """The task's result; a task that raises fails its page (or document) alone, and the worker goes on."""
         try:
             if isinstance(task, OpenTask):
@@ -160,7 +161,7 @@ class PageWorker:
             problem = Problem("unreadable", f"{task.source}: {exc.strerror or exc}")
             return Opened(task.doc, None, None, None, error=problem)
         try:
-            document = ingest(data, self.options.limits, self.options.password)
+            document = open_document(data, self.options)
         except DocumentError as exc:
             error = Problem(exc.code, exc.message)
             return Opened(task.doc, hashlib.sha256(data).hexdigest(), sniff(data), len(data), error=error)
@@ -217,7 +218,7 @@ class PageWorker:
             self._open.popitem(last=False)[1].close()
 
 
-def failed_work(task: Task, problem: Problem) -> Opened | PageWork:
+def failed_work(task: PageWorkTask, problem: Problem) -> Opened | PageWork:
     """What a task comes to when it cannot be carried out (its worker died under it, say)."""
     if isinstance(task, OpenTask):
         return Opened(task.doc, None, None, None, error=problem)

@@ -18,14 +18,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pipeline.documents.errors import DocumentError
-from pipeline.documents.ingest import Limits, SourcePage, sniff
 from pipeline.documents.layout import LayoutBackend, detect_many
 from pipeline.documents.layout_choice import choose_layout
 from pipeline.documents.layout_contract import DetectedRegion, LaidPage
 from pipeline.documents.page_images import PageImages
 from pipeline.documents.page_ranges import PageRanges
 from pipeline.documents.postprocess import postprocess
-from pipeline.documents.recognize import Recognition
+from pipeline.documents.recognizer import Recognition
 from pipeline.documents.regions import PreparedRegion, RegionOptions, prepare_regions
 from pipeline.documents.render import RenderedPage, render_page_result
 from pipeline.documents.results import (
@@ -35,6 +34,7 @@ from pipeline.documents.results import (
     RegionContent,
     RegionOutput,
 )
+from pipeline.documents.source import Limits, SourcePage, sniff
 
 
 @dataclass(frozen=True)
@@ -99,10 +99,6 @@ class LaidOutPage:
     prepared: list[PreparedRegion]
     timings_ms: dict[str, float]
     layout_reason: str | None = None
-
-    def region_output(self, index: int, recognition: Recognition | None = None) -> RegionOutput:
-        """Region `index` as output: final unless it needs the model, then with `recognition`'s content."""
-        return _region_output(self.page, self.prepared[index], recognition)
 
     def draft(self) -> PageDraft:
         """The page's output, its regions for the model pending."""
@@ -223,11 +219,6 @@ def page_problem(regions: list[RegionOutput]) -> Problem | None:
         return None
     return Problem("recognition_failed", f"no region of the page could be recognised; the first: "
                                          f"{failures[0].code}: {failures[0].message}")
-
-
-def _region_output(page: RenderedPage, item: PreparedRegion, recognition: Recognition | None) -> RegionOutput:
-    base = _base_output(page, item)
-    return base if not item.needs_model else recognized_region(base, recognition)
 
 
 def _base_output(page: RenderedPage, item: PreparedRegion) -> RegionOutput:

@@ -22,7 +22,7 @@ import pymupdf
 from PIL import Image, ImageOps
 
 from pipeline.documents.errors import DocumentError
-from pipeline.documents.ingest import Limits, SourcePage
+from pipeline.documents.source import Limits, SourcePage
 
 Matrix6 = tuple[float, float, float, float, float, float]  # (a, b, c, d, e, f): x' = a x + c y + e, y' = b x + d y + f
 

@@ -1,7 +1,8 @@
 """What processing a document produces: per region, per page and per document, before it is written anywhere.
 
 These mirror result.schema.json field for field (assemble.document_json writes them out, and `to_json` and the
-`markdown` properties call it, so the result object has what NAME.json has); keep the two in step.
+`markdown` properties call it, so the result object has what NAME.json has); keep the two in step. assemble.py
+knows these classes only as types, so this module imports it and not the other way round.
 A region's result is two small records, each defined once here and carried whole from the recognizer to the
 database: its content (what the recognition cache keeps) and its usage (what the engine spent on it).
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pipeline.documents.assemble import document_json, document_markdown, page_markdown
 from pipeline.documents.layout_contract import BBox
 
 # Where a region's content came from: "none" is a picture (or a failure), "cache" a crop recognised before.
@@ -96,8 +98,6 @@ class PageOutput:
     @property
     def markdown(self) -> str:
         """This page alone as Markdown, as NAME.json's page says it (pictures as comments: no crops are saved)."""
-        from pipeline.documents.assemble import page_markdown
-
         return page_markdown(self)
 
 
@@ -124,12 +124,8 @@ class DocumentOutput:
     @property
     def markdown(self) -> str:
         """The whole document as Markdown, as NAME.md says it (pictures as comments: no crops are saved)."""
-        from pipeline.documents.assemble import document_markdown
-
         return document_markdown(self)
 
     def to_json(self) -> dict[str, Any]:
         """The document as NAME.json has it (less `files`), in the shape of result.schema.json."""
-        from pipeline.documents.assemble import document_json
-
         return document_json(self)

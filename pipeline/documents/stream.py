@@ -31,7 +31,16 @@ from typing import Protocol
 from pipeline.documents.layout import LayoutBackend
 from pipeline.documents.page_images import PageImages
 from pipeline.documents.page_pool import InlinePages
-from pipeline.documents.page_work import Opened, OpenTask, PageTask, PageWork, RegionsTask, Rendered, Result, Task
+from pipeline.documents.page_work import (
+    Opened,
+    OpenTask,
+    PageTask,
+    PageWork,
+    PageWorkTask,
+    RegionsTask,
+    Rendered,
+    Result,
+)
 from pipeline.documents.process import (
     FinishedPage,
     PageCallback,
@@ -41,7 +50,7 @@ from pipeline.documents.process import (
     document_status,
     out_of_range,
 )
-from pipeline.documents.recognize import Recognition, RecognitionTask, Recognizer
+from pipeline.documents.recognizer import Recognition, RecognitionTask, Recognizer
 from pipeline.documents.results import DocumentOutput, PageOutput
 
 
@@ -54,7 +63,7 @@ class Pages(Protocol):
 
     def connect(self, deliver: Callable[[Result], None]) -> None: ...
 
-    def send(self, task: Task) -> None: ...
+    def send(self, task: PageWorkTask) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -161,11 +170,11 @@ class _Stream:
         while self.outstanding < self.pages.capacity and (task := self._next_task()) is not None:
             self._send(task)
 
-    def _send(self, task: Task) -> None:
+    def _send(self, task: PageWorkTask) -> None:
         self.outstanding += 1
         self.pages.send(task)
 
-    def _next_task(self) -> Task | None:
+    def _next_task(self) -> PageWorkTask | None:
         """The next page of the first document with pages to send, within the pages-in-flight bound; else the
         next document to open, while few enough opened documents still have pages to send."""
         unsent = [document for document in self.documents.values() if _has_unsent(document)]

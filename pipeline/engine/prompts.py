@@ -6,7 +6,14 @@ the engine.
 
 from __future__ import annotations
 
-TASK_PROMPTS = {
+from typing import Literal
+
+# What a region of a document is read as (the document pipeline's tasks, and a client's choice per upload).
+RegionTask = Literal["ocr", "table", "formula", "chart", "seal"]
+# What the model can read an image as: a region's task, or spotting (text with its places, for a whole image).
+Task = Literal[RegionTask, "spotting"]
+
+TASK_PROMPTS: dict[Task, str] = {
     "ocr": "OCR:",
     "table": "Table Recognition:",
     "formula": "Formula Recognition:",
@@ -14,4 +21,4 @@ TASK_PROMPTS = {
     "spotting": "Spotting:",
     "seal": "Seal Recognition:",
 }
-PROMPT_TASKS = {prompt: task for task, prompt in TASK_PROMPTS.items()}
+PROMPT_TASKS: dict[str, Task] = {prompt: task for task, prompt in TASK_PROMPTS.items()}

@@ -22,7 +22,7 @@ from pipeline.archives import ArchiveKind, ArchiveLimits, Member, Rejected, arch
 from pipeline.config import Settings
 from pipeline.db.models import Batch
 from pipeline.db.session import session_scope
-from pipeline.documents.ingest import FORMATS, SNIFF_BYTES, sniff
+from pipeline.documents.source import FORMATS, SNIFF_BYTES, sniff
 from pipeline.jobs.intake import accept_upload
 from pipeline.jobs.options import DocumentOptions
 from pipeline.storage import BlobStore, BlobTooLarge, BlobWriter, read_chunks

@@ -13,7 +13,8 @@ from sqlalchemy import Engine, select
 from pipeline.db.models import Document, shown_options, utcnow
 from pipeline.db.session import session_scope
 from pipeline.jobs.dispatch import Dispatcher
-from pipeline.jobs.events import announce_document, send_deliveries
+from pipeline.jobs.events import announce_document
+from pipeline.jobs.start import send_deliveries
 
 CANCELABLE = ("queued", "processing")
 

@@ -20,7 +20,7 @@ from pipeline.config import Settings
 from pipeline.db.session import create_db_engine
 from pipeline.documents.layout import LayoutBackend, layout_backend
 from pipeline.documents.layout_weights import LayoutModelUnavailable
-from pipeline.documents.recognize import Recognizer
+from pipeline.documents.recognizer import Recognizer
 from pipeline.engine_settings import layout_device
 from pipeline.jobs.cancel_watch import CancelWatch
 from pipeline.jobs.dispatch import Dispatcher
@@ -42,10 +42,10 @@ class RecognitionHost(Protocol):
 
 
 class PageImages:
-    """Page images that prepare leaves for the recognize it runs inline (handoff.hand_on), by image key: recognition
-    crops the image prepare rendered instead of reading its PNG back and decoding it. The key names the PNG's bytes,
-    so an image found here is the one stored. Bounded, oldest out: a recognize that returns before taking its image
-    (the document was deleted meanwhile) leaves it behind."""
+    """Page images that prepare leaves for the recognize the runner runs in its thread (graph.run_stage), by image
+    key: recognition crops the image prepare rendered instead of reading its PNG back and decoding it. The key names
+    the PNG's bytes, so an image found here is the one stored. Bounded, oldest out: a recognize that returns before
+    taking its image (the document was deleted meanwhile) leaves it behind."""
 
     def __init__(self, capacity: int = 16) -> None:
         self.capacity = capacity

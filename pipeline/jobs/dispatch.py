@@ -1,17 +1,35 @@
-"""The transport between stages: a Dispatcher runs a named stage on a key, later, on the stage's queue.
+"""What moves between stages and what carries it: a stage returns its sends (`Send`, plain data), and a Dispatcher
+runs a named stage on a key, later, on the stage's queue.
 
-Stage code never calls `send` itself but goes through pipeline/jobs/handoff.py, which checks the hand-off against
-the graph; so the same stage code runs under Celery (distributed mode, one task per stage on the `cpu` or `gpu`
-queue) and under the embedded mode's in-process thread pools.
+Stage code never calls a dispatcher: it returns what it produced, and the graph's runner (pipeline/jobs/graph.py)
+checks each send against the graph and makes it once the stage's transactions have committed. So the same stage
+code runs under Celery (distributed mode, one task per stage on the `cpu` or `gpu` queue), under the embedded
+mode's in-process thread pools, and in a test that only looks at what it returned.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
+
+from PIL import Image
 
 from pipeline.jobs.model_status import ModelStatus
 
 Stage = Literal["ingest", "prepare", "recognize", "finalize", "deliver"]  # pipeline/jobs/graph.py says what each is
+
+
+@dataclass(frozen=True)
+class Send:
+    """One piece of work a stage passes on: run `stage` on `key`, not before `delay_s` seconds (a webhook retry's
+    backoff). `image` is what the sender kept in memory for it (a prepared page's image, by its blob key): the
+    runner leaves it in Context.page_images only where the stage runs in the sender's thread, and drops it
+    otherwise."""
+
+    stage: Stage
+    key: str | int
+    delay_s: float = 0.0
+    image: tuple[str, Image.Image] | None = None
 
 
 class Dispatcher(Protocol):

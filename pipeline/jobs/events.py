@@ -3,26 +3,22 @@
 An event is recorded inside the transaction that makes it true (the conditional update that gives a document its
 final status, the one that marks a batch finished), as the row of its first delivery attempt. So an event is
 recorded exactly once however tasks are re-delivered, and a crash between that commit and sending `deliver` loses
-nothing: the row says the attempt is still to be made (`pipeline.jobs.deliveries.resume_deliveries`). The caller
-sends `deliver` for the returned delivery ids once its transaction has committed: finalize hands them off, code
-outside the stages (a cancel) uses `send_deliveries`.
+nothing: the row says the attempt is still to be made (`pipeline.jobs.start.resume_deliveries`). The caller
+sends `deliver` for the returned delivery ids once its transaction has committed: finalize returns them as its
+sends, code outside the stages (a cancel) uses `pipeline.jobs.start.send_deliveries`.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
 
 import pydantic_core
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from pipeline.db.counts import region_counts
-from pipeline.db.models import FINAL_DOCUMENT_STATUSES, Batch, Document, Tenant, WebhookDelivery, shown_options, utcnow
-from pipeline.jobs.dispatch import Dispatcher
-from pipeline.jobs.handoff import enter
+from pipeline.db.models import FINAL_DOCUMENT_STATUSES, Batch, Document, Tenant, WebhookDelivery, utcnow
+from pipeline.jobs.summaries import batch_summary, document_summary
 
 BATCH_FINISHED = "batch.finished"
 
@@ -64,13 +60,6 @@ def announce_batch(session: Session, batch_id: str) -> list[str]:
     return [_record_event(session, batch.tenant, BATCH_FINISHED, url, batch_id=batch_id)]
 
 
-def send_deliveries(dispatcher: Dispatcher, delivery_ids: Iterable[str]) -> None:
-    """Send `deliver` for events announced outside any stage; only after the transaction that recorded them has
-    committed."""
-    for delivery_id in delivery_ids:
-        enter(dispatcher, "deliver", delivery_id)
-
-
 def event_body(session: Session, delivery: WebhookDelivery, created: datetime) -> bytes:
     """The JSON body of delivery's event, `{id, type, created, data}`: id is the delivery id (Quire-Delivery),
     created when the event happened, data the document's summary or the batch's."""
@@ -81,33 +70,6 @@ def event_body(session: Session, delivery: WebhookDelivery, created: datetime) -
         data = batch_summary(session, session.get_one(Batch, delivery.batch_id))
     body = {"id": delivery.delivery_id, "type": delivery.event, "created": created, "data": data}
     return pydantic_core.to_json(body)
-
-
-def document_summary(session: Session, document: Document) -> dict[str, Any]:
-    """The document as `GET /v1/documents/{id}` shows it, less `links` (their host is the one a client used,
-    which a worker does not know)."""
-    regions = region_counts(session, document.id)
-    error = None if document.error_code is None else {"code": document.error_code,
-                                                       "message": document.error_message or document.error_code}
-    return {
-        "id": document.id, "filename": document.filename, "status": document.status,
-        "media_type": document.media_type, "size": document.size_bytes, "sha256": document.sha256,
-        "page_count": document.page_count,
-        "options": shown_options(document.options),
-        "progress": {"pages": {"done": document.pages_done, "total": document.page_count},
-                     "regions": {"done": regions[0], "total": regions[1]}},
-        "error": error, "timings_ms": dict(document.timings or {}), "created_at": document.created_at,
-        "started_at": document.started_at, "finished_at": document.finished_at,
-    }
-
-
-def batch_summary(session: Session, batch: Batch) -> dict[str, Any]:
-    """The batch: its documents counted by status, the files it rejected, when it was created and finished."""
-    counts = session.execute(select(Document.status, func.count()).where(Document.batch_id == batch.id)
-                             .group_by(Document.status)).all()
-    return {"id": batch.id, "document_count": batch.document_count,
-            "documents": {status: count for status, count in sorted(counts)}, "rejected": list(batch.rejected),
-            "created_at": batch.created_at, "finished_at": batch.finished_at}
 
 
 def _record_event(session: Session, tenant: str, event: str, url: str, document_id: str | None = None,

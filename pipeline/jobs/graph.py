@@ -1,21 +1,24 @@
-"""The service's stage graph, written down once: each stage's queue, the id it runs on, its code, and the stages
-it may send next.
+"""The service's stage graph, written down once, and the one runner that walks it: each stage's queue, the id it
+runs on, its code, and the stages it may send next.
 
     ingest(document) → prepare(page), one per page → recognize(page) when a region needs the model
       → finalize(document) after the last page → deliver(webhook delivery), and deliver again for each retry
 
-With QUIRE_PREPARE_QUEUE=gpu, prepare and recognize share the `gpu` queue, and a prepared page goes on to
-recognize in the same thread (the edge is `inline`): no broker round trip, the page image still in memory.
+A stage does its work, commits it, and returns what it produced as data: the sends (pipeline/jobs/dispatch.py's
+`Send`) for the stages after it. `run_stage` runs it, refuses any send that is not an edge here (a bug, never bad
+input), and makes the rest: with QUIRE_PREPARE_QUEUE=gpu prepare and recognize share the `gpu` queue, and a
+prepared page goes on to recognize in the same thread (the edge is `inline`), with no broker round trip and the
+page image still in memory; every other send goes to the dispatcher. Work that begins outside any stage (an upload,
+the reaper, a restart, a cancel's webhook) comes in with `enter`, at an entry of the graph only.
 
-Everything else reads this table: the Celery routes and tasks (workers/celery_app.py, workers/tasks.py), the
-embedded workers' pools (workers/embedded.py), `run_stage`, and every send, which goes through
-pipeline/jobs/handoff.py and is refused unless it is an edge here. tests/jobs/test_graph.py walks it.
+Everything else reads this table too: the Celery routes and tasks (workers/celery_app.py, workers/tasks.py) and
+the embedded workers' pools (workers/embedded.py). tests/jobs/test_graph.py walks it.
 
 Every stage may run twice (tasks ack late and are re-delivered when a worker dies) and concurrently with its
 siblings, so each reads its state from the database first and does only what is still to do, keyed by the id it
 runs on: a page that is past a stage is passed on, not redone, and results are upserts keyed by (page, region
-index). Work happens outside transactions; each transaction is short, and the next stage is sent only after it has
-committed. A document deleted while it is worked on simply ends its remaining tasks: each finds its rows gone.
+index). Work happens outside transactions; each transaction is short, and a stage returns its sends only after the
+transaction that made their work visible has committed.
 """
 
 from __future__ import annotations
@@ -28,13 +31,12 @@ from typing import Any, Literal
 
 from pipeline.config import Settings
 from pipeline.jobs.context import Context
-from pipeline.jobs.deliveries import attempt_delivery
-from pipeline.jobs.dispatch import Stage
-from pipeline.jobs.finalize import finalize_document
-from pipeline.jobs.handoff import take_inline
-from pipeline.jobs.ingest import ingest_document
-from pipeline.jobs.prepare import prepare_page
-from pipeline.jobs.recognize import recognize_page
+from pipeline.jobs.dispatch import Dispatcher, Send, Stage
+from pipeline.jobs.stages.deliver import attempt_delivery
+from pipeline.jobs.stages.finalize import finalize_document
+from pipeline.jobs.stages.ingest import ingest_document
+from pipeline.jobs.stages.prepare import prepare_page
+from pipeline.jobs.stages.recognize import recognize_page
 
 log = logging.getLogger("quire.stages")
 Queue = Literal["cpu", "gpu"]
@@ -42,14 +44,18 @@ Queue = Literal["cpu", "gpu"]
 
 @dataclass(frozen=True)
 class Node:
-    """One stage's row of the graph: all a dispatcher, a worker and a send need to know about it."""
+    """One stage's row of the graph: all a dispatcher, a worker and the runner need to know about it."""
 
     queue: Queue  # the workers that run it
     key: str  # the id it runs on, and is idempotent by; its log lines carry it under this name
-    run: Callable[[Context, Any], None]
+    run: Callable[[Context, Any], list[Send]]
     next: tuple[Stage, ...] = ()  # what it may send: refused otherwise
-    inline: tuple[Stage, ...] = ()  # of those, what runs in its thread when both share a queue (handoff.hand_on)
+    inline: tuple[Stage, ...] = ()  # of those, what runs in its thread when both share a queue
     entry: bool = False  # whether work may begin here from outside the graph (an upload, a cancel's webhook)
+
+
+class NotInGraph(Exception):
+    """A send the stage graph does not allow: a bug in the code that sent it, never bad input."""
 
 
 START: Stage = "ingest"  # where a document's work begins, and begins again when it is resumed
@@ -71,16 +77,16 @@ def queues(settings: Settings) -> dict[Stage, Queue]:
 
 
 def run_stage(ctx: Context, stage: Stage, key: str | int) -> None:
-    """Run one stage and log it with its key, its duration, the CPU time its thread spent (the engine's own work
-    for a recognize is not in it) and how it ended (the one place both the Celery tasks and the embedded workers go
-    through)."""
-    node = GRAPH[stage]
+    """Run one stage, log it with its key, its duration, the CPU time its thread spent (the engine's own work for a
+    recognize is not in it) and how it ended, then make its sends (the one place both the Celery tasks and the
+    embedded workers go through). A stage that raises sends nothing: its task is retried, and its re-run passes the
+    work on again."""
+    node = _node(stage)
     fields: dict[str, Any] = {"stage": stage, node.key: key}
     started, started_cpu = time.perf_counter(), time.thread_time()
     try:
-        node.run(ctx, key)
+        sends = node.run(ctx, key)
     except Exception as exc:
-        take_inline()
         code = getattr(exc, "code", None)  # a typed error (a checkpoint that does not load): its code, no traceback
         coded = {"code": code} if code else {}
         log.warning("%s %s raised: %s", stage, key, exc, exc_info=code is None,
@@ -88,8 +94,43 @@ def run_stage(ctx: Context, stage: Stage, key: str | int) -> None:
         raise
     log.info("%s %s done", stage, key, extra={**fields, "outcome": "done", "duration_ms": _since(started),
                                               "cpu_ms": _since(started_cpu, time.thread_time)})
-    for next_stage, next_key in take_inline():
-        run_stage(ctx, next_stage, next_key)
+    for send in _checked(stage, sends):
+        if _runs_here(ctx.settings, stage, send.stage):
+            if send.image is not None:
+                ctx.page_images.put(*send.image)
+            run_stage(ctx, send.stage, send.key)
+        else:
+            ctx.dispatcher.send(send.stage, send.key, send.delay_s)
+
+
+def enter(dispatcher: Dispatcher, stage: Stage, key: str | int, delay_s: float = 0.0) -> None:
+    """Send `stage` on `key` from outside the graph, which must list it as an entry. Call it only after the
+    transaction that made the work visible has committed: the stage sent reads it."""
+    if not _node(stage).entry:
+        raise NotInGraph(f"{stage} is not an entry of the graph: work reaches it only from another stage")
+    dispatcher.send(stage, key, delay_s)
+
+
+def _checked(sender: Stage, sends: list[Send]) -> list[Send]:
+    """The sends, every one of them an edge of the graph; none is made when one is not."""
+    allowed = GRAPH[sender].next
+    for send in sends:
+        if send.stage not in allowed:
+            raise NotInGraph(f"{sender} may not send {send.stage}: the graph lists only {allowed}")
+    return sends
+
+
+def _runs_here(settings: Settings, sender: Stage, stage: Stage) -> bool:
+    """Whether `stage` runs in the sender's thread: along an inline edge, when both share a queue, whoever took the
+    sender's task from that queue takes the stage's work too."""
+    here = queues(settings)
+    return stage in GRAPH[sender].inline and here[sender] == here[stage]
+
+
+def _node(stage: Stage) -> Node:
+    if stage not in GRAPH:
+        raise NotInGraph(f"{stage!r} is not a stage of the graph")
+    return GRAPH[stage]
 
 
 def _since(started: float, clock: Callable[[], float] = time.perf_counter) -> float:

@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from pipeline.config import DPI_MAX, DPI_MIN, Settings
 from pipeline.document_settings import process_options
 from pipeline.documents.process import ProcessOptions
+from pipeline.engine.prompts import RegionTask
 
-Task = Literal["ocr", "table", "formula", "chart", "seal"]
 LayoutName = Literal["auto", "pp-doclayout", "pdf", "page"]
 
 
@@ -28,7 +28,7 @@ class DocumentOptions(BaseModel):
 
     layout: LayoutName | None = None
     dpi: int | None = Field(default=None, ge=DPI_MIN, le=DPI_MAX)
-    tasks: list[Task] | None = Field(default=None, min_length=1)  # region kinds to recognise; others are pictures
+    tasks: list[RegionTask] | None = Field(default=None, min_length=1)  # region kinds to recognise; others are pictures
     text_layer: Literal["auto", "off"] | None = None
     password: str | None = Field(default=None, max_length=1024)  # kept until the document is finished
     callback_url: str | None = Field(default=None, max_length=2048)
@@ -43,7 +43,7 @@ class DocumentOptions(BaseModel):
             "text_layer": self.text_layer or settings.text_layer,
         })
 
-    def process_options(self, settings: Settings) -> ProcessOptions:
+    def for_pipeline(self, settings: Settings) -> ProcessOptions:
         """The pipeline's options for a resolved document: this document's choices in place of the settings'."""
         chosen = settings.model_copy(update=self.model_dump(include={"dpi", "text_layer"}, exclude_none=True))
         return process_options(chosen, tasks=self.tasks or default_tasks(settings), password=self.password)
@@ -57,6 +57,6 @@ class DocumentOptions(BaseModel):
         return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def default_tasks(settings: Settings) -> list[Task]:
-    tasks: list[Task] = ["ocr", "table", "formula"]
+def default_tasks(settings: Settings) -> list[RegionTask]:
+    tasks: list[RegionTask] = ["ocr", "table", "formula"]
     return tasks + (["chart"] if settings.recognize_charts else []) + (["seal"] if settings.recognize_seals else [])

@@ -15,7 +15,7 @@ from pipeline.config import Settings
 from pipeline.db.models import Document, WebhookDelivery
 from pipeline.db.session import session_scope
 from pipeline.jobs.context import open_context
-from pipeline.jobs.events import document_summary
+from pipeline.jobs.summaries import document_summary
 from tests.api.conftest import RecordingDispatcher, corpus, stored_files, upload
 from tests.api.test_documents import add_page, set_document
 from tests.api.test_upload import assert_error

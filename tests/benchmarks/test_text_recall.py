@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from benchmarks import text_recall
-from pipeline.documents.ingest import SourcePage
 from pipeline.documents.layout_contract import DetectedRegion
 from pipeline.documents.layout_pdf import PdfLayout
 from pipeline.documents.render import RenderedPage
+from pipeline.documents.source import SourcePage
 from tests.documents import born_digital
 from tests.documents.samples import CORPUS, ENCRYPTED_PASSWORD
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 
-from pipeline.documents.recognize import Recognition, RecognitionTask
+from pipeline.documents.recognizer import Recognition, RecognitionTask
 
 
 class Answers:

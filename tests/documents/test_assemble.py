@@ -17,10 +17,10 @@ from pipeline.documents.assemble import (
     load_schema,
     page_markdown,
 )
-from pipeline.documents.ingest import Limits
 from pipeline.documents.layout_pdf import PdfLayout
 from pipeline.documents.process import ProcessOptions
 from pipeline.documents.results import DocumentOutput, PageOutput, Problem, RegionContent, RegionOutput
+from pipeline.documents.source import Limits
 from pipeline.documents.stream import process_document
 from tests.documents.answers import Answers
 

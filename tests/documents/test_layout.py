@@ -15,7 +15,6 @@ import torch
 from PIL import Image
 
 from pipeline.config import Settings
-from pipeline.documents.ingest import IngestedDocument, Limits, SourcePage, ingest
 from pipeline.documents.layout import AutoLayout, detect_many, layout_backend
 from pipeline.documents.layout_contract import LABELS, DetectedRegion
 from pipeline.documents.layout_model import (
@@ -33,6 +32,7 @@ from pipeline.documents.layout_weights import LayoutModelUnavailable, local_layo
 from pipeline.documents.process import ProcessOptions
 from pipeline.documents.regions import RegionOptions
 from pipeline.documents.render import RenderedPage, render_page
+from pipeline.documents.source import IngestedDocument, Limits, SourcePage, ingest
 from pipeline.documents.stream import process_document
 from pipeline.documents.tiny_layout import HUB_CLASS_NAMES, TinyLayoutSpec
 from tests.documents.answers import Answers

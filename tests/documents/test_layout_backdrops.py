@@ -6,9 +6,9 @@ import pymupdf
 import pytest
 
 from pipeline.documents.assemble import page_markdown
-from pipeline.documents.ingest import Limits
 from pipeline.documents.layout_pdf import PdfLayout
 from pipeline.documents.process import ProcessOptions
+from pipeline.documents.source import Limits
 from pipeline.documents.stream import process_document
 from tests.documents.answers import Answers
 from tests.documents.born_digital import prose_on_a_drawing, text_on_a_panel, vector_plot

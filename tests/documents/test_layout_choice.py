@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from PIL import Image
 
-from pipeline.documents.ingest import Limits
 from pipeline.documents.layout import AutoLayout
 from pipeline.documents.layout_page import PageLayout
 from pipeline.documents.layout_pdf import PdfLayout
 from pipeline.documents.lazy_recognizer import LazyRecognizer, ModelUnavailable
 from pipeline.documents.process import ProcessOptions
+from pipeline.documents.source import Limits
 from pipeline.documents.stream import process_document
 from tests.documents.samples import corpus_bytes, image_bytes
 

@@ -7,12 +7,12 @@ import pymupdf
 from PIL import Image
 
 from pipeline.documents.assemble import page_markdown
-from pipeline.documents.ingest import Limits, ingest
 from pipeline.documents.layout_formulas import Formula, split_formulas
 from pipeline.documents.layout_pdf import PdfLayout
 from pipeline.documents.layout_text import Line, Span
 from pipeline.documents.process import ProcessOptions
 from pipeline.documents.render import RenderedPage, render_page
+from pipeline.documents.source import Limits, ingest
 from pipeline.documents.stream import process_document
 from tests.documents.answers import Answers
 from tests.documents.born_digital import FORMULA, SECOND_FORMULA, display_formulas, formulas_in_pieces

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pipeline.documents.ingest import Limits
 from pipeline.documents.layout_pdf import PdfLayout
 from pipeline.documents.process import ProcessOptions
+from pipeline.documents.source import Limits
 from pipeline.documents.stream import process_document
 from tests.documents.answers import Answers
 from tests.documents.born_digital import subscript_after_its_paragraph

@@ -10,12 +10,12 @@ import pytest
 
 from pipeline.documents import layout_furniture
 from pipeline.documents.assemble import page_markdown
-from pipeline.documents.ingest import Limits, SourcePage, ingest
 from pipeline.documents.layout_furniture import clear_cache, document_furniture, find_furniture
 from pipeline.documents.layout_pdf import PdfLayout
 from pipeline.documents.process import LaidOutPage, ProcessOptions, lay_out
 from pipeline.documents.regions import RegionOptions
 from pipeline.documents.render import render_page
+from pipeline.documents.source import Limits, SourcePage, ingest
 from pipeline.documents.stream import process_document
 from tests.documents.answers import Answers
 from tests.documents.born_digital import HEADINGS, RUNNING_HEADS, headings_in_the_top_band

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pymupdf
 
 from pipeline.documents.assemble import document_markdown
-from pipeline.documents.ingest import Limits
 from pipeline.documents.layout_pdf import PdfLayout
 from pipeline.documents.process import ProcessOptions
+from pipeline.documents.source import Limits
 from pipeline.documents.stream import process_document
 from tests.documents.answers import Answers
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.documents.ingest import Limits, ingest
 from pipeline.documents.layout_pdf import PdfLayout
 from pipeline.documents.render import render_page
+from pipeline.documents.source import Limits, ingest
 from tests.documents.born_digital import plot_with_words_inside
 
 

@@ -6,12 +6,12 @@ from concurrent.futures import Future
 
 from PIL import Image
 
-from pipeline.documents.ingest import Limits
 from pipeline.documents.layout_page import PageLayout
 from pipeline.documents.lazy_recognizer import LazyRecognizer, ModelUnavailable
 from pipeline.documents.process import ProcessOptions
-from pipeline.documents.recognize import Recognition, RecognitionTask
+from pipeline.documents.recognizer import Recognition, RecognitionTask
 from pipeline.documents.results import Problem
+from pipeline.documents.source import Limits
 from pipeline.documents.stream import process_document
 from tests.documents.samples import corpus_bytes
 

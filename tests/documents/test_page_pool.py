@@ -17,13 +17,13 @@ from PIL import Image
 
 from pipeline.config import Settings
 from pipeline.documents.assemble import document_json, document_markdown
-from pipeline.documents.ingest import Limits
 from pipeline.documents.layout import layout_backend
 from pipeline.documents.layout_page import PageLayout
 from pipeline.documents.page_pool import PagePool, default_workers, pack, unpack
 from pipeline.documents.page_work import Crop, OpenTask, PageTask, PageWork
 from pipeline.documents.process import PageDraft, ProcessOptions
 from pipeline.documents.results import PageOutput
+from pipeline.documents.source import Limits
 from pipeline.documents_api import DocumentProcessor
 from pipeline.engine.images import ImageSettings, model_image
 from tests.documents.samples import CORPUS, ENCRYPTED_PASSWORD

@@ -17,16 +17,16 @@ import pytest
 from PIL import Image
 
 from pipeline.documents.assemble import document_json, document_markdown, load_schema
-from pipeline.documents.ingest import Limits, SourcePage
 from pipeline.documents.layout_contract import DetectedRegion
 from pipeline.documents.layout_page import PageLayout
 from pipeline.documents.lazy_recognizer import LazyRecognizer, ModelUnavailable
 from pipeline.documents.page_ranges import parse_page_ranges
 from pipeline.documents.process import ProcessOptions, scan_directory
-from pipeline.documents.recognize import EngineRecognizer, Recognition, RecognitionTask
+from pipeline.documents.recognizer import EngineRecognizer, Recognition, RecognitionTask
 from pipeline.documents.regions import RegionOptions
 from pipeline.documents.render import RenderedPage
 from pipeline.documents.results import RegionContent, Usage
+from pipeline.documents.source import Limits, SourcePage
 from pipeline.documents.stream import process_document, process_file
 from tests.documents.samples import ENCRYPTED, ENCRYPTED_PASSWORD, corpus_bytes, png_header, tiff_pages
 

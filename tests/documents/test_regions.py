@@ -8,9 +8,8 @@ import pymupdf
 import pytest
 from PIL import Image
 
-from pipeline.documents.ingest import Limits, ingest
 from pipeline.documents.layout_contract import LABELS, DetectedRegion
-from pipeline.documents.recognize import task_prompt
+from pipeline.documents.recognizer import task_prompt
 from pipeline.documents.regions import (
     RegionOptions,
     crop,
@@ -20,6 +19,7 @@ from pipeline.documents.regions import (
     task_for,
 )
 from pipeline.documents.render import render_page
+from pipeline.documents.source import Limits, ingest
 from tests.documents.samples import corpus_bytes
 
 DEFAULTS = RegionOptions()

@@ -8,8 +8,8 @@ import pymupdf
 import pytest
 from PIL import Image
 
-from pipeline.documents.ingest import Limits, ingest
 from pipeline.documents.render import RenderAttempt, RenderedPage, render_page_result
+from pipeline.documents.source import Limits, ingest
 from tests.documents.samples import (
     CORPUS_PDFS,
     ENCRYPTED_PASSWORD,

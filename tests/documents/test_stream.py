@@ -13,7 +13,7 @@ from dataclasses import replace
 from pipeline.documents.page_pool import InlinePages
 from pipeline.documents.page_ranges import parse_page_ranges
 from pipeline.documents.process import FinishedPage
-from pipeline.documents.recognize import Recognition, RecognitionTask
+from pipeline.documents.recognizer import Recognition, RecognitionTask
 from pipeline.documents.results import Usage
 from pipeline.documents.stream import DocumentInput, process_stream, region_tag
 from tests.documents.samples import corpus_bytes

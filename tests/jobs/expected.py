@@ -17,7 +17,7 @@ from pipeline.config import Settings
 from pipeline.documents.assemble import document_json, document_markdown
 from pipeline.documents.layout import layout_backend
 from pipeline.documents.outputs import DocumentWriter
-from pipeline.documents.recognize import EngineRecognizer
+from pipeline.documents.recognizer import EngineRecognizer
 from pipeline.documents.stream import process_document
 from pipeline.engine.engine import Engine
 from pipeline.jobs.options import DocumentOptions
@@ -35,7 +35,7 @@ def processed(data: bytes, name: str, settings: Settings, engine: Engine) -> tup
     """(JSON, Markdown) of the library pipeline (what `quire process` runs) with the service's default options."""
     options = DocumentOptions().resolved(settings)
     output = process_document(data, name, EngineRecognizer(engine, settings.max_tokens),
-                              layout_backend(options.layout), options.process_options(settings), model=settings.model)
+                              layout_backend(options.layout), options.for_pipeline(settings), model=settings.model)
     return document_json(output), document_markdown(output)
 
 
@@ -44,7 +44,7 @@ def written(data: bytes, name: str, settings: Settings, engine: Engine, director
     options = DocumentOptions().resolved(settings)
     writer = DocumentWriter(directory, Path(name).stem)
     writer.start()
-    process = replace(options.process_options(settings), page_images=True)
+    process = replace(options.for_pipeline(settings), page_images=True)
     output = process_document(data, name, EngineRecognizer(engine, settings.max_tokens), layout_backend(options.layout),
                               process, on_page=writer.page, model=settings.model)
     writer.finish(output)

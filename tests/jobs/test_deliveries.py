@@ -19,7 +19,7 @@ from pipeline.db.migrate import upgrade_to_head
 from pipeline.db.models import Batch, Document, WebhookDelivery
 from pipeline.db.session import session_scope
 from pipeline.jobs.events import announce_document
-from pipeline.jobs.graph import GRAPH
+from pipeline.jobs.graph import run_stage
 from pipeline.jobs.options import DocumentOptions
 from pipeline.jobs.start import start_document
 from pipeline.webhooks import verify
@@ -219,7 +219,7 @@ def test_deliver_run_again_after_its_attempt_was_recorded_does_nothing(workers):
     with receiver() as hooks:
         document_id = accept(workers, ONE_PAGE, "one.pdf", callback_url=hooks.url)
         (row,) = attempts(workers, 1, document_id=document_id)
-        GRAPH["deliver"].run(workers.context, row.delivery_id)
+        run_stage(workers.context, "deliver", row.delivery_id)
         assert len(hooks.received) == 1
     (again,) = attempts(workers, 1, document_id=document_id)
     assert (again.id, again.attempt, again.attempted_at) == (row.id, 1, row.attempted_at)

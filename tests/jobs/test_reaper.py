@@ -16,7 +16,7 @@ from pipeline.db.models import Document, Page, utcnow
 from pipeline.db.session import session_scope
 from pipeline.jobs.context import Context
 from pipeline.jobs.dispatch import Stage
-from pipeline.jobs.graph import GRAPH
+from pipeline.jobs.graph import run_stage
 from pipeline.jobs.reaper import reap
 from tests.jobs.conftest import accept, embedded_workers, wait_until_final
 from tests.jobs.expected import CORPUS, service_settings
@@ -45,10 +45,10 @@ def prepared_with_recognize_lost(workers: EmbeddedWorkers) -> str:
     """A document that went through ingest and prepare, whose recognize tasks were then lost."""
     ctx = losing(workers)
     document_id = accept(workers, FOUR_PAGES, "four.pdf", send=False)
-    GRAPH["ingest"].run(ctx, document_id)
+    run_stage(ctx, "ingest", document_id)
     for stage, page_id in list(ctx.dispatcher.lost):
         assert stage == "prepare"
-        GRAPH[stage].run(ctx, page_id)
+        run_stage(ctx, stage, page_id)
     assert {stage for stage, _ in ctx.dispatcher.lost} == {"prepare", "recognize"}
     return document_id
 
@@ -82,7 +82,7 @@ def test_a_document_whose_pages_are_moving_is_not_touched(service):
     with session_scope(service.context.db) as session:
         first_page = session.scalars(select(Page.id).where(Page.document_id == document_id)
                                      .order_by(Page.index)).first()
-    GRAPH["recognize"].run(losing(service), first_page)  # a page finishing counts on its document, which moves
+    run_stage(losing(service), "recognize", first_page)  # a page finishing counts on its document, which moves
     assert updated_at(service, document_id) > utcnow() - timedelta(seconds=STALE_S)
     age(service, document_id, 2 * STALE_S)
     with session_scope(service.context.db) as session:

@@ -20,6 +20,7 @@ from pipeline.documents.assemble import load_schema
 from pipeline.engine.model.errors import CheckpointError
 from pipeline.engine.scheduler import Step
 from pipeline.jobs.cancel import cancel_document
+from pipeline.jobs.dispatch import Send
 from pipeline.jobs.graph import GRAPH, run_stage
 from tests.documents.samples import ENCRYPTED, ENCRYPTED_PASSWORD
 from tests.jobs.conftest import accept, embedded_workers, wait_until_final
@@ -116,6 +117,29 @@ def test_a_page_that_cannot_be_rendered_fails_alone_and_the_document_is_partial(
     assert "<!-- page 2 failed: page_too_large -->" in markdown
 
 
+def test_each_stage_returns_its_sends_once_its_work_is_committed_and_sends_nothing_itself(service):
+    ctx = service.context
+    sent: list[str] = []
+    service.send = lambda stage, key, delay_s=0.0: sent.append(stage)
+    document_id = accept(service, FOUR_PAGES, "four.pdf", send=False)
+    prepares = GRAPH["ingest"].run(ctx, document_id)
+    with session_scope(ctx.db) as session:
+        page_ids = session.scalars(select(Page.id).where(Page.document_id == document_id).order_by(Page.index)).all()
+    assert prepares == [Send("prepare", page_id) for page_id in page_ids]
+    recognizes = [send for page_id in page_ids for send in GRAPH["prepare"].run(ctx, page_id)]
+    assert [(send.stage, send.key) for send in recognizes] == [("recognize", page_id) for page_id in page_ids]
+    with session_scope(ctx.db) as session:  # each page's image is stored before its send is returned
+        keys = session.scalars(select(Page.image_key).where(Page.document_id == document_id)
+                               .order_by(Page.index)).all()
+        assert [send.image[0] for send in recognizes] == keys
+    finalizes = [GRAPH["recognize"].run(ctx, page_id) for page_id in page_ids]
+    assert finalizes == [[], [], [], [Send("finalize", document_id)]]  # the last page to finish sends it
+    assert GRAPH["finalize"].run(ctx, document_id) == []  # no webhook: nothing to deliver
+    assert sent == []
+    with session_scope(ctx.db) as session:
+        assert session.get_one(Document, document_id).status == "succeeded"
+
+
 def test_every_stage_run_again_changes_nothing(service):
     """Re-delivery: each stage, sent again after the document finished, leaves the rows and result as they were."""
     document = wait_until_final(service, accept(service, FOUR_PAGES, "four.pdf"))
@@ -123,11 +147,11 @@ def test_every_stage_run_again_changes_nothing(service):
     before = snapshot(service, document.id)
     with session_scope(ctx.db) as session:
         page_ids = session.scalars(select(Page.id).where(Page.document_id == document.id)).all()
-    GRAPH["ingest"].run(ctx, document.id)
+    run_stage(ctx, "ingest", document.id)
     for page_id in page_ids:
-        GRAPH["prepare"].run(ctx, page_id)
-        GRAPH["recognize"].run(ctx, page_id)
-    GRAPH["finalize"].run(ctx, document.id)
+        run_stage(ctx, "prepare", page_id)
+        run_stage(ctx, "recognize", page_id)
+    run_stage(ctx, "finalize", document.id)
     time.sleep(0.5)  # whatever those sent on runs on the pools
     assert snapshot(service, document.id) == before
 
@@ -135,15 +159,15 @@ def test_every_stage_run_again_changes_nothing(service):
 def test_a_document_deleted_while_it_is_worked_on_ends_its_remaining_tasks_quietly(service, caplog):
     ctx = service.context
     document_id = accept(service, FOUR_PAGES, "four.pdf", send=False)
-    GRAPH["ingest"].run(ctx, document_id)  # pages exist; their prepare tasks are queued
+    run_stage(ctx, "ingest", document_id)  # pages exist; their prepare tasks are queued
     with session_scope(ctx.db) as session:
         page_ids = session.scalars(select(Page.id).where(Page.document_id == document_id)).all()
         session.delete(session.get_one(Document, document_id))
     for page_id in page_ids:
-        GRAPH["prepare"].run(ctx, page_id)
-        GRAPH["recognize"].run(ctx, page_id)
-    GRAPH["ingest"].run(ctx, document_id)
-    GRAPH["finalize"].run(ctx, document_id)
+        run_stage(ctx, "prepare", page_id)
+        run_stage(ctx, "recognize", page_id)
+    run_stage(ctx, "ingest", document_id)
+    run_stage(ctx, "finalize", document_id)
     time.sleep(0.5)  # the prepare tasks ingest sent run on the pools too
     with session_scope(ctx.db) as session:
         assert session.scalar(select(func.count()).select_from(Page)) == 0

@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 
 from pipeline.config import Settings
-from pipeline.documents.recognize import RecognitionTask
+from pipeline.documents.recognizer import RecognitionTask
 from pipeline.engine.model.errors import CheckpointError
 from workers.engine_host import EngineHost
 

@@ -12,19 +12,19 @@ import uuid
 from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, get_args
 
 from PIL import Image
 
 from pipeline.documents.results import Problem, Usage
 from pipeline.engine.images import ImageError, ModelImage
-from pipeline.engine.prompts import TASK_PROMPTS
+from pipeline.engine.prompts import TASK_PROMPTS, RegionTask
 from pipeline.engine.request import EngineError, Output, Request
 
 if TYPE_CHECKING:
     from pipeline.engine.engine import Engine
 
-TASKS: frozenset[str] = frozenset({"ocr", "table", "formula", "chart", "seal"})
+TASKS: frozenset[str] = frozenset(get_args(RegionTask))
 
 
 @dataclass(frozen=True)
@@ -77,12 +77,6 @@ def task_prompt(task: str) -> str:
     return TASK_PROMPTS[task]
 
 
-def recognize_all(recognizer: Recognizer, tasks: list[RecognitionTask]) -> list[Recognition]:
-    """Submit all tasks before waiting for any (so they batch), and return their results in order."""
-    futures = [recognizer.submit(task) for task in tasks]
-    return [future.result() for future in futures]
-
-
 class EngineRecognizer:
     """A Recognizer on an in-process Engine: each region is one greedy request through the engine's loop, with the
     repetition guard on (Request.guards_repetition), so a looping decode ends long before its task's limit."""
@@ -92,7 +86,7 @@ class EngineRecognizer:
         task_max_tokens)."""
         self.engine = engine
         self.max_tokens = max_tokens if isinstance(max_tokens, Mapping) else dict.fromkeys(TASKS, max_tokens)
-        self.cache_salt = cache_salt  # per-tenant prefix-cache salt (see DESIGN.md, engine invariant 1)
+        self.cache_salt = cache_salt  # folded into every prefix-cache key, so tenants never share KV blocks
 
     def request(self, task: RecognitionTask) -> Request:
         """The engine request for a region: its task's prompt over its crop, at most its task's tokens."""

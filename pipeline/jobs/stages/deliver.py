@@ -12,28 +12,27 @@ from __future__ import annotations
 import time
 from datetime import datetime, timedelta
 
-from sqlalchemy import Engine, and_, select, update
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
 
 from pipeline.accounts import ensure_tenant
 from pipeline.config import Settings
 from pipeline.db.models import WebhookDelivery, utcnow
 from pipeline.db.session import session_scope
 from pipeline.jobs.context import Context
-from pipeline.jobs.dispatch import Dispatcher
+from pipeline.jobs.dispatch import Send
 from pipeline.jobs.events import event_body
-from pipeline.jobs.handoff import enter, hand_off
 from pipeline.webhooks import SIGNATURE_HEADER, Outcome, post, retry_delay, sign
 
 USER_AGENT = "Quire-Webhooks/1"
 
 
-def attempt_delivery(ctx: Context, delivery_id: str) -> None:
+def attempt_delivery(ctx: Context, delivery_id: str) -> list[Send]:
     """Make the delivery's scheduled attempt, record it, and send this stage again later when a retry is due."""
     with session_scope(ctx.db) as session:
         attempt = _scheduled(session, delivery_id)
         if attempt is None:  # delivered, given up, or its document or batch deleted
-            return
+            return []
         first = session.scalars(select(WebhookDelivery).where(WebhookDelivery.delivery_id == delivery_id,
                                                               WebhookDelivery.attempt == 1)).one()
         body = event_body(session, attempt, first.created_at)
@@ -45,23 +44,7 @@ def attempt_delivery(ctx: Context, delivery_id: str) -> None:
     delay = _retry_after(ctx.settings, attempt.attempt, first.attempted_at or started, outcome)
     with session_scope(ctx.db) as session:
         recorded = _record(session, attempt, started, outcome, delay)
-    if recorded and delay is not None:
-        hand_off(ctx.dispatcher, "deliver", "deliver", delivery_id, delay_s=delay)
-
-
-def resume_deliveries(db: Engine, dispatcher: Dispatcher) -> int:
-    """Send `deliver` again for every attempt scheduled and not made, each when it is due: the embedded mode's
-    scheduled retries live in memory and are gone after a restart. Returns how many were sent."""
-    previous = aliased(WebhookDelivery)
-    with session_scope(db) as session:
-        scheduled = session.execute(
-            select(WebhookDelivery.delivery_id, previous.next_attempt_at).outerjoin(previous, and_(
-                previous.delivery_id == WebhookDelivery.delivery_id, previous.attempt == WebhookDelivery.attempt - 1))
-            .where(WebhookDelivery.attempted_at.is_(None))).all()
-    now = utcnow()
-    for delivery_id, due in scheduled:
-        enter(dispatcher, "deliver", delivery_id, delay_s=max(0.0, (due - now).total_seconds()) if due else 0.0)
-    return len(scheduled)
+    return [Send("deliver", delivery_id, delay_s=delay)] if recorded and delay is not None else []
 
 
 def _scheduled(session: Session, delivery_id: str) -> WebhookDelivery | None:

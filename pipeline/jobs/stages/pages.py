@@ -63,6 +63,6 @@ def keep_blobs(session: Session, ctx: Context, blobs: dict[str, bytes]) -> None:
             ctx.blobs.put(data)
 
 
-def process_options(ctx: Context, options: dict[str, Any]) -> ProcessOptions:
+def stored_options(ctx: Context, options: dict[str, Any]) -> ProcessOptions:
     """A document's stored options as the library pipeline takes them, resolved against this process's settings."""
-    return DocumentOptions(**options).process_options(ctx.settings)
+    return DocumentOptions(**options).for_pipeline(ctx.settings)

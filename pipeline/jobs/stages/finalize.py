@@ -19,20 +19,20 @@ from pipeline.db.session import session_scope
 from pipeline.documents.assemble import MarkdownOptions, document_json, document_markdown
 from pipeline.documents.process import document_status
 from pipeline.jobs.context import Context
+from pipeline.jobs.dispatch import Send
 from pipeline.jobs.events import announce_document
-from pipeline.jobs.handoff import hand_off
-from pipeline.jobs.pages import keep_blobs
 from pipeline.jobs.rows import document_output, page_output, picture_links
+from pipeline.jobs.stages.pages import keep_blobs
 
 
-def finalize_document(ctx: Context, document_id: str) -> None:
+def finalize_document(ctx: Context, document_id: str) -> list[Send]:
     """Assemble the Markdown and JSON from the rows, store them, and set the document's final status once; pictures
     link to the crops the API serves, as `quire process` links the crops it saves."""
     with session_scope(ctx.db) as session:
         document = session.scalars(select(Document).where(Document.id == document_id).options(
             selectinload(Document.pages).selectinload(Page.regions))).one_or_none()
         if document is None or document.status != "processing" or document.pages_done < (document.page_count or 0):
-            return
+            return []
         pages = [page_output(page) for page in document.pages]
         status = "failed" if document.error_code else document_status(pages)
         finished = utcnow()
@@ -50,8 +50,7 @@ def finalize_document(ctx: Context, document_id: str) -> None:
             status=status, result_key=result_key, markdown_key=markdown_key, finished_at=finished,
             timings=timings, options=options, updated_at=finished)).rowcount == 1
         announced = announce_document(session, document_id) if finished_now else []  # its events, recorded once
-    for delivery_id in announced:
-        hand_off(ctx.dispatcher, "finalize", "deliver", delivery_id)
+    return [Send("deliver", delivery_id) for delivery_id in announced]
 
 
 def _json_bytes(value: dict[str, Any]) -> bytes:

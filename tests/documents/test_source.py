@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from pipeline.documents.errors import ERROR_CODES, DocumentError
-from pipeline.documents.ingest import Limits, ingest, sniff
 from pipeline.documents.render import render_page_result
+from pipeline.documents.source import Limits, ingest, sniff
 from tests.documents.samples import (
     CORPUS_PDFS,
     ENCRYPTED,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.config import Settings
-from pipeline.documents.recognize import EngineRecognizer, RecognitionTask
+from pipeline.documents.recognizer import EngineRecognizer, RecognitionTask
 from pipeline.engine import core
 from pipeline.engine.engine import Engine
 from pipeline.engine_settings import task_max_tokens

@@ -15,11 +15,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .config import get_settings
+from pipeline.config import get_settings
 
 if TYPE_CHECKING:
-    from .engine.model.quantization import Quantization
-    from .engine.verify import Check
+    from pipeline.engine.model.quantization import Quantization
+    from pipeline.engine.verify import Check
 
 
 def add_model_parsers(commands: argparse._SubParsersAction) -> None:
@@ -54,8 +54,8 @@ def models(args: argparse.Namespace) -> int:
 
 def _pull(args: argparse.Namespace) -> int:
     """0 when both models are here and pass every check, 1 when a check fails, 2 when a model is missing."""
-    from .documents.layout_weights import WEIGHT_FILES
-    from .engine.model.loader import CHECKPOINT_FILES
+    from pipeline.documents.layout_weights import WEIGHT_FILES
+    from pipeline.engine.model.loader import CHECKPOINT_FILES
 
     settings = get_settings()
     wanted = {args.model or settings.model: CHECKPOINT_FILES, args.layout_model or settings.layout_model: WEIGHT_FILES}
@@ -116,7 +116,7 @@ def _checks_for(directory: Path) -> list[Check] | None:
     except (OSError, ValueError, AttributeError):
         model_type = None
     if model_type == "paddleocr_vl":
-        from .engine.verify import CHECKS
+        from pipeline.engine.verify import CHECKS
 
         return CHECKS
     if model_type in ("pp_doclayout_v2", "pp_doclayout_v3"):
@@ -138,7 +138,7 @@ def _revision(directory: Path) -> str:
     """The hub commit of a cache snapshot or of a `--dir` download, else `local`."""
     from huggingface_hub._local_folder import read_download_metadata
 
-    from .engine.model.revision import hub_commit
+    from pipeline.engine.model.revision import hub_commit
 
     commit = hub_commit(directory)
     # read_download_metadata creates a lock file: only asked when a download left its metadata there
@@ -199,8 +199,8 @@ def _cache_dir() -> str:
 
 def _quantize(args: argparse.Namespace) -> int:
     """0 with the directory written, 1 (nothing written) when the scheme or the checkpoint is refused."""
-    from .engine.model.loader import resolve_checkpoint
-    from .engine.model.quantization import Quantization
+    from pipeline.engine.model.loader import resolve_checkpoint
+    from pipeline.engine.model.quantization import Quantization
 
     try:
         scheme = Quantization.parse(args.quantization, args.group_size)
@@ -218,7 +218,7 @@ def write_quantized(source: Path, out: Path, scheme: Quantization) -> None:
     file; all tensors are made before OUT is touched, so a refused checkpoint leaves nothing behind."""
     from safetensors.torch import save_file
 
-    from .engine.model.loader import quantized_tensors
+    from pipeline.engine.model.loader import quantized_tensors
 
     if out.exists() and any(out.iterdir()):
         raise ValueError(f"{out}: exists and is not empty; name a new directory")

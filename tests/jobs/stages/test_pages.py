@@ -9,7 +9,7 @@ from sqlalchemy import Engine, select
 from pipeline.db.models import Document, Page
 from pipeline.db.session import session_scope
 from pipeline.documents.results import Problem
-from pipeline.jobs.pages import finish_page, lock_document
+from pipeline.jobs.stages.pages import finish_page, lock_document
 
 
 def document_with_pages(db: Engine, pages: int, status: str = "processing") -> tuple[str, list[int]]:

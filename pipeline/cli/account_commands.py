@@ -12,12 +12,12 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from .config import get_settings
+from pipeline.config import get_settings
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-# The database parts are imported where used, as in pipeline.cli: every `quire` command parses these arguments.
+# The database parts are imported where used, as in every command: every `quire` command parses these arguments.
 
 
 def add_account_parsers(commands: argparse._SubParsersAction) -> None:
@@ -55,9 +55,9 @@ def tenants(args: argparse.Namespace) -> int:
 def _on_database(action: Callable[[Session, argparse.Namespace], None], args: argparse.Namespace) -> int:
     """Run action in one transaction on the configured database (upgraded first, so this works before any
     `quire serve`); an AccountError is a one-line message and exit status 1, nothing written."""
-    from .accounts import AccountError
-    from .db.migrate import upgrade_to_head
-    from .db.session import get_engine, session_scope
+    from pipeline.accounts import AccountError
+    from pipeline.db.migrate import upgrade_to_head
+    from pipeline.db.session import get_engine, session_scope
 
     url = get_settings().database_url
     upgrade_to_head(url)
@@ -71,7 +71,7 @@ def _on_database(action: Callable[[Session, argparse.Namespace], None], args: ar
 
 
 def _create_key(session: Session, args: argparse.Namespace) -> None:
-    from .accounts import create_key, ensure_tenant
+    from pipeline.accounts import create_key, ensure_tenant
 
     tenant, created = ensure_tenant(session, args.tenant)
     new = create_key(session, tenant.id, args.name)
@@ -83,7 +83,7 @@ def _create_key(session: Session, args: argparse.Namespace) -> None:
 
 
 def _list_keys(session: Session, args: argparse.Namespace) -> None:
-    from .accounts import list_keys
+    from pipeline.accounts import list_keys
 
     rows = [("PREFIX", "TENANT", "NAME", "CREATED", "LAST USED", "REVOKED")]
     rows += [(key.prefix, key.tenant, key.name or "-", _when(key.created_at), _when(key.last_used_at),
@@ -94,14 +94,14 @@ def _list_keys(session: Session, args: argparse.Namespace) -> None:
 
 
 def _revoke_key(session: Session, args: argparse.Namespace) -> None:
-    from .accounts import revoke_key
+    from pipeline.accounts import revoke_key
 
     key = revoke_key(session, args.prefix)
     print(f"revoked {key.prefix} (tenant {key.tenant}) at {_when(key.revoked_at)}")
 
 
 def _show_tenant(session: Session, args: argparse.Namespace) -> None:
-    from .accounts import get_tenant, list_keys
+    from pipeline.accounts import get_tenant, list_keys
 
     tenant = get_tenant(session, args.tenant)
     active = sum(key.revoked_at is None for key in list_keys(session, tenant.id))
@@ -110,7 +110,7 @@ def _show_tenant(session: Session, args: argparse.Namespace) -> None:
 
 
 def _set_tenant(session: Session, args: argparse.Namespace) -> None:
-    from .accounts import set_callback_url
+    from pipeline.accounts import set_callback_url
 
     tenant = set_callback_url(session, args.tenant, args.callback_url or None, get_settings().webhook_allow)
     print(f"tenant {tenant.id}: default callback URL {tenant.callback_url or 'cleared'}")

@@ -20,26 +20,25 @@ from pipeline.db.models import Document, Page, Region
 from pipeline.db.session import reading, session_scope
 from pipeline.db.upserts import CropKey, recall_recognitions, remember_recognitions, upsert_regions
 from pipeline.documents.process import page_problem, recognized_region
-from pipeline.documents.recognize import Recognition, RecognitionTask, Recognizer
+from pipeline.documents.recognizer import Recognition, RecognitionTask, Recognizer
 from pipeline.documents.results import RegionContent, RegionOutput
 from pipeline.jobs.context import Context
-from pipeline.jobs.handoff import hand_off
-from pipeline.jobs.pages import OPEN_PAGE, finish_page, lock_document
+from pipeline.jobs.dispatch import Send
 from pipeline.jobs.rows import from_columns, region_output, region_row
+from pipeline.jobs.stages.pages import OPEN_PAGE, finish_page, lock_document
 
 
-def recognize_page(ctx: Context, page_id: int) -> None:
+def recognize_page(ctx: Context, page_id: int) -> list[Send]:
     """Recognise every pending region of one page at once (so they batch with other pages' regions) and store them."""
     if ctx.recognition is None:
         raise RuntimeError("recognize runs on a GPU worker: this process has no recognizer")
     with reading(ctx.db) as connection:
         read = _read_page(connection, page_id)
         if not read or read[0].document_status == "canceled":
-            return
+            return []
         page, regions = read[0], [row for row in read if row.index is not None]
         if page.page_status != "processing":
-            _pass_on(ctx, page.page_status, page.document_id)
-            return
+            return _pass_on(page.page_status, page.document_id)
         pending = [region for region in regions if region.status == "pending"]
         image = _image(ctx, page.image_key)
         crops = [image.crop(tuple(region.crop_px)) for region in pending]
@@ -49,20 +48,19 @@ def recognize_page(ctx: Context, page_id: int) -> None:
         cached = recall_recognitions(connection, keys) if keys else [None] * len(pending)
     outputs = _recognize(ctx, page.tenant, crops, cached, pending, page.document_id)
     if outputs is None:  # canceled while the engine worked on it
-        return
+        return []
     rows = [{**region_row(output, page_id, region.index, region.crop_px), "attempts": region.attempts + 1}
             for region, output in zip(pending, outputs, strict=True)]
     with session_scope(ctx.db) as session:
         if not lock_document(session, page.document_id):
-            return
+            return []
         upsert_regions(session, rows)
         if keys:
             remember_recognitions(session, [(key, asdict(output.content)) for key, output
                                             in zip(keys, outputs, strict=True) if output.source == "model"])
         complete = finish_page(session, page_id, page.document_id,
                                page_problem(_page_outputs(regions, pending, outputs)), ctx.recognition.model)
-    if complete:
-        hand_off(ctx.dispatcher, "recognize", "finalize", page.document_id)
+    return [Send("finalize", page.document_id)] if complete else []
 
 
 def _read_page(connection: Connection, page_id: int) -> list[Row]:
@@ -82,11 +80,10 @@ def _page_outputs(regions: list[Row], pending: list[Row], outputs: list[RegionOu
     return [recognized[region.index] if region.index in recognized else region_output(region) for region in regions]
 
 
-def _pass_on(ctx: Context, state: str, document_id: str) -> None:
+def _pass_on(state: str, document_id: str) -> list[Send]:
     """A re-delivered task for a page that has finished: send finalize again, which returns at once unless every
     page is done."""
-    if state not in OPEN_PAGE:
-        hand_off(ctx.dispatcher, "recognize", "finalize", document_id)
+    return [Send("finalize", document_id)] if state not in OPEN_PAGE else []
 
 
 def _recognize(ctx: Context, tenant: str, crops: list[Image.Image], cached: list[Row | None], regions: list[Row],
