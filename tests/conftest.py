@@ -27,6 +27,7 @@ from pipeline.db.migrate import upgrade_to_head
 from pipeline.db.session import create_db_engine
 from pipeline.documents.tiny_layout import TinyLayoutSpec, write_tiny_layout_checkpoint
 from pipeline.samples.tiny_checkpoint import TinySpec, write_tiny_checkpoint
+from tests import s3
 from tests.jobs.expected import service_settings
 from workers.engine_host import EngineHost
 
@@ -96,3 +97,12 @@ def engine_host(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory)
     host = EngineHost(service_settings(tmp_path_factory.mktemp("host"), tiny_checkpoint))
     yield host
     host.close()
+
+
+@pytest.fixture
+def s3_bucket(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A bucket of its own on the real S3 server (tests/s3.py), with this process's AWS variables pointing at it."""
+    for name, value in s3.ENV.items():
+        monkeypatch.setenv(name, value)
+    with s3.fresh_bucket() as bucket:
+        yield bucket
