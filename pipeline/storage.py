@@ -169,7 +169,7 @@ class LocalBlobStore:
         return self.path(key).is_file()
 
     def check(self) -> None:
-        if not os.access(self._tmp, os.W_OK | os.X_OK):
+        if not (self._tmp.is_dir() and os.access(self._tmp, os.W_OK | os.X_OK)):
             raise BlobStoreUnavailable(f"{self.root}: the blob directory cannot be written. Fix its permissions or "
                                        "point QUIRE_BLOB_DIR elsewhere.", "blob_store_unwritable")
 

@@ -1,23 +1,33 @@
 """The S3 blob store against a real S3 server (radosgw, tests/s3.py): the local store's guarantees (content
 addresses, idempotent puts, streamed uploads under a limit that leave nothing behind, seekable reads, checked keys)
-and its own: multipart uploads past one part, and a check that names what is wrong with a bucket."""
+and its own: multipart uploads past one part, and a check that names what is wrong with a bucket, which stops
+`quire serve` and `quire worker` at start and turns /readyz to 503."""
 
 from __future__ import annotations
 
 import hashlib
 import io
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
+from fastapi.testclient import TestClient
 from PIL import Image
 from pydantic import ValidationError
 
+from api.app import create_app
 from benchmarks.stack import free_port
 from pipeline.blob_url import S3Location, open_blob_store, parse_s3_url
 from pipeline.config import Settings
+from pipeline.db.migrate import upgrade_to_head
+from pipeline.jobs.context import open_context
 from pipeline.s3_storage import MIN_PART_BYTES, S3BlobStore
 from pipeline.storage import BlobNotFound, BlobStoreUnavailable, BlobTooLarge, InvalidBlobKey, StoredBlob
 from tests import s3
+from tests.api.conftest import RecordingDispatcher
 
 MiB = 1 << 20
 
@@ -174,3 +184,36 @@ def test_the_settings_pick_the_store(tmp_path, s3_bucket: str) -> None:
     chosen = open_blob_store(Settings(cache_dir=tmp_path, blob_url=f"s3://{s3_bucket}/p", s3_part_bytes=6 * MiB))
     assert isinstance(chosen, S3BlobStore)
     assert (chosen.location, chosen.part_bytes) == (S3Location(s3_bucket, "p/"), 6 * MiB)
+
+
+def test_a_worker_stops_at_start_with_one_line_when_the_bucket_is_missing(tmp_path, s3_bucket: str) -> None:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("QUIRE_")}
+    env.update(s3.ENV, QUIRE_CACHE_DIR=str(tmp_path), QUIRE_BROKER_URL="redis://127.0.0.1:6379/0",
+               QUIRE_BLOB_URL=f"s3://{s3_bucket}-gone/blobs")
+    done = subprocess.run([sys.executable, "-m", "pipeline.cli", "worker", "--queues", "cpu"], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    logged = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    [error] = [line for line in logged if line["level"] == "error"]
+    assert error["code"] == "blob_store_missing" and f"{s3_bucket}-gone does not exist" in error["message"]
+
+
+def test_the_service_s_context_is_not_built_on_a_bucket_that_cannot_be_used(tmp_path, s3_bucket: str) -> None:
+    """`quire serve` (either mode) builds its Context with open_context; the error becomes one line as above."""
+    with pytest.raises(BlobStoreUnavailable) as refused:
+        open_context(Settings(cache_dir=tmp_path, blob_url=f"s3://{s3_bucket}-gone"), RecordingDispatcher())
+    assert refused.value.code == "blob_store_missing"
+
+
+def test_readyz_reports_a_bucket_that_went_away(tmp_path, s3_bucket: str) -> None:
+    client, bucket = s3.client(), f"{s3_bucket}-short-lived"
+    client.create_bucket(Bucket=bucket)
+    settings = Settings(cache_dir=tmp_path, blob_url=f"s3://{bucket}")
+    upgrade_to_head(settings.database_url)
+    with TestClient(create_app(open_context(settings, RecordingDispatcher()), tenant="acme")) as api:
+        assert api.get("/readyz").status_code == 200
+        client.delete_bucket(Bucket=bucket)
+        response = api.get("/readyz")
+    assert response.status_code == 503
+    [problem] = response.json()["problems"]
+    assert problem.startswith(f"blobs: blob_store_missing: s3://{bucket}/: the bucket {bucket} does not exist")
