@@ -236,6 +236,7 @@ class S3ObjectReader(io.RawIOBase):
     def __init__(self, client: Any, bucket: str, object_key: str, key: str) -> None:
         super().__init__()
         self._client, self._bucket, self._object_key = client, bucket, object_key
+        self._body: Any = None  # set before the GET, which may raise: close() runs on a half-built reader too
         self._body = self._get(None, key)
         self._position = self._body_position = 0
 
