@@ -14,8 +14,9 @@ COPY pipeline pipeline
 COPY workers workers
 COPY api api
 COPY migrations migrations
-# Editable, as in a checkout: `quire migrate` finds migrations/ beside the package (pipeline/db/migrate.py).
-RUN pip install --no-cache-dir -e .
+# Editable, as in a checkout: `quire migrate` finds migrations/ beside the package (pipeline/db/migrate.py); with
+# the S3 client, for blobs in a bucket (QUIRE_BLOB_URL).
+RUN pip install --no-cache-dir -e '.[s3]'
 
 RUN useradd --create-home --uid 1000 quire \
     && mkdir -p /data/blobs /data/cache /models \

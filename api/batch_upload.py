@@ -139,6 +139,7 @@ class BatchForm(MultipartForm[ReceivedBatch]):
         this runs still finds it to close."""
         if file.target == "archive":
             assert file.kind is not None
+            self._spool_dir.mkdir(parents=True, exist_ok=True)  # with blobs in S3, nothing else makes it
             file.sink = tempfile.TemporaryFile(dir=self._spool_dir, prefix="batch-")
             self._upload.archive = SpooledArchive(file.name, file.kind, file.sink)
         else:

@@ -34,20 +34,31 @@ This 2-core machine swings by tens of percent from run to run, so the two sides 
 (a) then (b), each round on documents of its own (none seen before by either side's caches), with (a)'s engine and
 (b)'s stack loaded once. The pair with the median overhead is reported; every pair's overhead is listed.
 
+`--blob s3` runs a second stack beside (b), the same but for its blobs in an S3 bucket (`--blob-url`, default
+QUIRE_BLOB_URL; the endpoint and credentials from the AWS_* variables; under a prefix of its own, removed at the
+end): each round then gives every file to both stacks after (a), and the S3 stack's median figures, with its
+overhead per region over the same (a) beside the local store's, are under `s3`. The difference between the two is
+what keeping page images and results in the bucket costs per region (issue 32: no target; a figure for operators).
+
 Targets (issue 8): overhead_ms_per_region < 5, engine_busy_share >= 0.8 in (b). The last line is one JSON object:
 the median pair's (b) figures at the top level, its (a) figures under `in_process`, the ratios b/a under `ratios`,
 whether each target is met under `targets_met`, and each pair's overhead under `overhead_ms_per_region_pairs`.
 
     .venv/bin/python -m benchmarks.service_overhead [--documents 20] [--pages 5] [--pairs 3] [--model DIR]
+        [--blob s3 --blob-url s3://bucket/prefix]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -183,7 +194,13 @@ def main() -> int:
                              "sends them on by Redis; gpu on the GPU worker, which recognises each in the thread "
                              "that prepared it")
     parser.add_argument("--model", type=Path, default=None, help="checkpoint directory (default: a tiny one)")
+    parser.add_argument("--blob", choices=("local", "s3"), default="local",
+                        help="s3: also run (b) with its blobs in S3, beside the local store")
+    parser.add_argument("--blob-url", default=os.environ.get("QUIRE_BLOB_URL", ""),
+                        help="the bucket for --blob s3: s3://bucket/prefix (default: QUIRE_BLOB_URL)")
     args = parser.parse_args()
+    if args.blob == "s3" and not args.blob_url:
+        parser.error("--blob s3 needs --blob-url s3://bucket/prefix (or QUIRE_BLOB_URL)")
     exit_on_sigterm()
     warmup = documents("warm-up", args.warmup, args.pages)
     rounds = [documents(f"bench{r}", args.documents, args.pages) for r in range(args.pairs)]
@@ -197,16 +214,28 @@ def main() -> int:
         a_side = InProcess(model, root)
         try:
             a_side.run(warmup)
-            (root / "stack").mkdir()
-            with distributed_stack(root / "stack", model, args.cpu_processes, args.gpu_threads,
-                                   QUIRE_PREPARE_QUEUE=args.prepare_queue) as stack:
-                warm_up(stack, warmup, args.clients)
-                pairs = [report(a_side.round(files), distributed(stack, files, args.clients)) for files in rounds]
+            with ExitStack() as running:
+                stores = {"local": {}}
+                if args.blob == "s3":
+                    stores["s3"] = {"QUIRE_BLOB_URL": running.enter_context(own_prefix(args.blob_url))}
+                stacks = {}
+                for store, blob_settings in stores.items():
+                    (root / f"stack-{store}").mkdir()
+                    stacks[store] = running.enter_context(distributed_stack(
+                        root / f"stack-{store}", model, args.cpu_processes, args.gpu_threads,
+                        QUIRE_PREPARE_QUEUE=args.prepare_queue, **blob_settings))
+                    warm_up(stacks[store], warmup, args.clients)
+                rounds_by_store: dict[str, list[dict[str, Any]]] = {store: [] for store in stacks}
+                for files in rounds:
+                    a = a_side.round(files)
+                    for store, stack in stacks.items():
+                        rounds_by_store[store].append(report(a, distributed(stack, files, args.clients)))
         finally:
             a_side.close()
-    overheads = [pair["overhead_ms_per_region"] for pair in pairs]
-    figures = sorted(pairs, key=lambda pair: pair["overhead_ms_per_region"])[len(pairs) // 2]
-    figures["overhead_ms_per_region_pairs"] = overheads
+    figures = median_pair(rounds_by_store["local"])
+    if "s3" in rounds_by_store:
+        figures["s3"] = median_pair(rounds_by_store["s3"])
+    overheads = figures["overhead_ms_per_region_pairs"]
     a, b = figures["in_process"], figures
     print(f"overhead per pair (ms/region): {overheads}; the median pair:")
     for label, side in (("(a) quire process", a), ("(b) distributed", b)):
@@ -216,8 +245,40 @@ def main() -> int:
     print(f"overhead of (b) over (a): {figures['overhead_ms_per_region']} ms/region wall (target < "
           f"{OVERHEAD_TARGET_MS}), {figures['cpu_overhead_ms_per_region']} CPU ms/region; targets met: "
           f"{figures['targets_met']}")
+    if "s3" in figures:
+        s3 = figures["s3"]
+        print(f"with blobs in S3: {s3['overhead_ms_per_region']} ms/region wall over (a) (pairs "
+              f"{s3['overhead_ms_per_region_pairs']}), {s3['cpu_overhead_ms_per_region']} CPU ms/region; the local "
+              f"store's: {figures['overhead_ms_per_region']} ms/region")
     print(json.dumps(figures))
     return 0
+
+
+def median_pair(pairs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The pair with the median overhead, with every pair's overhead listed."""
+    figures = sorted(pairs, key=lambda pair: pair["overhead_ms_per_region"])[len(pairs) // 2]
+    return figures | {"overhead_ms_per_region_pairs": [pair["overhead_ms_per_region"] for pair in pairs]}
+
+
+@contextmanager
+def own_prefix(url: str) -> Iterator[str]:
+    """A prefix of this run's own under the bucket URL, its objects removed at the end (an existing bucket's other
+    objects are never touched)."""
+    from pipeline.blob_url import parse_s3_url
+    from pipeline.s3_storage import S3BlobStore
+
+    location = parse_s3_url(url)
+    run_url = f"s3://{location.bucket}/{location.prefix}service-overhead-{uuid.uuid4().hex[:8]}"
+    store = S3BlobStore(parse_s3_url(run_url))
+    store.check()
+    try:
+        yield run_url
+    finally:
+        pages = store.client.get_paginator("list_objects_v2").paginate(Bucket=store.bucket,
+                                                                        Prefix=store.location.prefix)
+        for page in pages:
+            for item in page.get("Contents", []):
+                store.client.delete_object(Bucket=store.bucket, Key=item["Key"])
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, PositiveInt, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from pipeline.blob_url import parse_s3_url
 from pipeline.engine.prompts import Task
 
 ApiKeysMode = Literal["auto", "required", "off"]
@@ -70,6 +71,11 @@ class Settings(BaseSettings):
     # service (database, blobs); empty means "under cache_dir", filled in below
     database_url: str = ""  # sqlite:///path or postgresql+psycopg://user@host/db
     blob_dir: Path | None = None  # uploaded files and page images by content address
+    # s3://bucket/prefix: blobs in an S3-compatible bucket instead (machines need no shared disk); endpoint, region
+    # and credentials from the AWS variables and files (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...); needs quire[s3]
+    blob_url: str = ""
+    s3_addressing_style: Literal["path", "virtual", "auto"] = "path"  # path: MinIO, Ceph; virtual or auto: AWS too
+    s3_part_bytes: Annotated[int, Field(ge=5 << 20)] = 8 << 20  # an upload goes to S3 in parts of this size
     broker_url: str = ""  # redis://host:6379/0: the distributed mode (Celery); empty: the embedded mode
     # a task unacknowledged this long is delivered again: how long a killed worker's tasks wait, and a bound every
     # task (and every countdown, e.g. a webhook retry's) must stay under, or it is delivered twice while it waits
@@ -92,6 +98,14 @@ class Settings(BaseSettings):
     webhook_backoff_s: float = 2.0  # the first retry waits up to this, each later one up to twice the one before,
     webhook_backoff_max_s: float = 1800.0  # but never more than this (below the broker's 3600 s visibility timeout)
     webhook_retry_window_s: float = 86400.0  # no retry is scheduled past this long after the first attempt
+
+    @field_validator("blob_url")
+    @classmethod
+    def _an_s3_url(cls, value: str) -> str:
+        """A malformed QUIRE_BLOB_URL stops the process at start, saying why."""
+        if value:
+            parse_s3_url(value)
+        return value
 
     @field_validator("webhook_allow", mode="before")
     @classmethod

@@ -2,8 +2,8 @@
 
 Content addressing makes writes idempotent (a re-delivered task stores the same key again), makes same-content
 uploads share one blob, and lets a key be checked against its bytes. `BlobStore` is the interface the API and
-workers use; `LocalBlobStore` keeps blobs in a directory, and an S3-compatible store can implement the same
-methods later.
+workers use; `LocalBlobStore` keeps blobs in a directory, one machine's or a shared one, and `S3BlobStore`
+(pipeline/s3_storage.py) in an S3-compatible bucket, for API and workers on machines that share no disk.
 """
 
 from __future__ import annotations
@@ -37,6 +37,15 @@ class InvalidBlobKey(ValueError):
 
 class BlobNotFound(FileNotFoundError):
     """No blob under this key."""
+
+
+class BlobStoreUnavailable(RuntimeError):
+    """The store cannot be used (a bucket that does not answer, refuses us or does not exist; a directory that cannot
+    be written); `code` is stable, for logs and /readyz, and the message says what to fix."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -98,6 +107,11 @@ class BlobStore(Protocol):
         """Remove the blob; False when there was none."""
         ...
 
+    def check(self) -> None:
+        """Raise BlobStoreUnavailable unless the store can be used now: `quire serve` and workers ask at start,
+        /readyz on every call."""
+        ...
+
 
 def check_key(key: str) -> str:
     """key, if it is a lowercase SHA-256 hex digest; anything else (`..`, `/`, empty) raises InvalidBlobKey."""
@@ -153,6 +167,11 @@ class LocalBlobStore:
 
     def exists(self, key: str) -> bool:
         return self.path(key).is_file()
+
+    def check(self) -> None:
+        if not (self._tmp.is_dir() and os.access(self._tmp, os.W_OK | os.X_OK)):
+            raise BlobStoreUnavailable(f"{self.root}: the blob directory cannot be written. Fix its permissions or "
+                                       "point QUIRE_BLOB_DIR elsewhere.", "blob_store_unwritable")
 
     def delete(self, key: str) -> bool:
         try:

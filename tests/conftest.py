@@ -27,6 +27,7 @@ from pipeline.db.migrate import upgrade_to_head
 from pipeline.db.session import create_db_engine
 from pipeline.documents.tiny_layout import TinyLayoutSpec, write_tiny_layout_checkpoint
 from pipeline.samples.tiny_checkpoint import write_tiny_checkpoint
+from tests import s3
 from tests.jobs.expected import service_settings
 from tests.tiny import TEST_SPEC
 from workers.engine_host import EngineHost
@@ -110,3 +111,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.relative_to(tests).parts[0] in SLOW_PACKAGES:
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def s3_bucket(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A bucket of its own on the real S3 server (tests/s3.py), with this process's AWS variables pointing at it."""
+    for name, value in s3.ENV.items():
+        monkeypatch.setenv(name, value)
+    with s3.fresh_bucket() as bucket:
+        yield bucket

@@ -2,7 +2,7 @@
 (Postgres, Redis, a one-shot migration, the API, a CPU and a GPU worker), every process runs a command the `quire`
 CLI accepts, every QUIRE_* variable is a Settings field with a valid value, nothing starts before the schema is
 migrated, the GPU worker gets an NVIDIA GPU and a kept model cache, and the API and the workers share one blob
-store."""
+store: a volume, or with the `s3` profile a MinIO bucket."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
 QUIRE = {"migrate": ["migrate"], "api": ["serve"], "worker-cpu": ["worker"], "worker-gpu": ["worker"]}
+S3_PROFILE = {"minio", "s3-bucket"}
+_DEFAULTED = re.compile(r"\$\{(\w+):-([^}]*)\}")  # compose's ${NAME:-default}
 AFTER_MIGRATION = ("api", "worker-cpu", "worker-gpu")
 
 
@@ -54,9 +56,14 @@ def parse(arguments: list[str]) -> argparse.Namespace:
         pytest.fail(f"`quire` refuses {arguments}")
 
 
-def environment(service: str) -> dict[str, str]:
-    """What the service's process sees: the image's ENV overlaid with the service's environment."""
-    return image_environment() | {key: str(value) for key, value in SERVICES[service].get("environment", {}).items()}
+def environment(service: str, shell: dict[str, str] | None = None) -> dict[str, str]:
+    """What the service's process sees: the image's ENV overlaid with the service's environment, ${NAME:-default}
+    taken from shell (the environment `docker compose` runs in) as compose does."""
+    def interpolated(value: object) -> str:
+        return _DEFAULTED.sub(lambda found: (shell or {}).get(found[1]) or found[2], str(value))
+
+    return image_environment() | {key: interpolated(value)
+                                  for key, value in SERVICES[service].get("environment", {}).items()}
 
 
 def mounts(service: str) -> dict[str, str]:
@@ -65,7 +72,7 @@ def mounts(service: str) -> dict[str, str]:
 
 
 def test_the_stack_is_the_distributed_mode() -> None:
-    assert set(SERVICES) == {"postgres", "redis", *QUIRE}
+    assert set(SERVICES) == {"postgres", "redis", *QUIRE, *S3_PROFILE}
     assert SERVICES["postgres"]["image"].startswith("postgres:") and SERVICES["redis"]["image"].startswith("redis:")
     for name in QUIRE:
         assert SERVICES[name]["build"] == "." and SERVICES[name]["image"] == "quire"
@@ -146,6 +153,29 @@ def test_the_api_and_the_workers_share_one_blob_volume() -> None:
     assert volume in COMPOSE["volumes"]
 
 
+def test_the_s3_profile_adds_a_bucket_that_the_api_and_the_workers_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`QUIRE_BLOB_URL=s3://quire/blobs docker compose --profile s3 up`: MinIO and a one-shot job that makes the
+    bucket start only with the profile; the Quire services wait for the bucket when it is there and reach MinIO by
+    its service name with its root keys; without QUIRE_BLOB_URL they keep the volume."""
+    assert all(SERVICES[name]["profiles"] == ["s3"] for name in S3_PROFILE)
+    assert all("profiles" not in SERVICES[name] for name in set(SERVICES) - S3_PROFILE)
+    minio = environment("minio")
+    for service in AFTER_MIGRATION:
+        assert SERVICES[service]["depends_on"]["s3-bucket"] == {"condition": "service_completed_successfully",
+                                                                 "required": False}
+        assert environment(service)["QUIRE_BLOB_URL"] == ""
+        env = environment(service, {"QUIRE_BLOB_URL": "s3://quire/blobs"})
+        assert (env["AWS_ENDPOINT_URL"], env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]) == (
+            "http://minio:9000", minio["MINIO_ROOT_USER"], minio["MINIO_ROOT_PASSWORD"])
+        for key in [key for key in os.environ if key.startswith("QUIRE_")]:
+            monkeypatch.delenv(key)
+        monkeypatch.setenv("QUIRE_BLOB_URL", env["QUIRE_BLOB_URL"])
+        assert Settings(_env_file=None).blob_url == "s3://quire/blobs"
+    assert environment("s3-bucket")["QUIRE_BLOB_URL"] == "s3://quire"  # the bucket it makes: quire unless set
+    assert "mc mb --ignore-existing" in SERVICES["s3-bucket"]["command"][0]
+    assert "s3data" in COMPOSE["volumes"] and mounts("minio") == {"/data": "s3data"}
+
+
 def test_the_image_can_bake_the_weights_in_with_quire_models_pull() -> None:
     assert "QUIRE_PULL_MODELS=0" in instruction("ARG")  # off unless the build asks
     pull = next(arguments for arguments in instruction("RUN") if "QUIRE_PULL_MODELS" in arguments)
@@ -158,7 +188,7 @@ def test_the_image_can_bake_the_weights_in_with_quire_models_pull() -> None:
 def test_the_image_installs_the_project_and_runs_quire() -> None:
     copied = {source for arguments in instruction("COPY") for source in arguments.split()[:-1]}
     assert {"pyproject.toml", "README.md", "pipeline", "workers", "api", "migrations"} <= copied
-    assert any(re.search(r"pip install .*-e \.(\s|$)", arguments) for arguments in instruction("RUN")), \
-        "editable: migrations/ is found beside the installed package"
+    assert any(re.search(r"pip install .*-e '\.\[s3\]'(\s|$)", arguments) for arguments in instruction("RUN")), \
+        "editable (migrations/ is found beside the installed package), with the S3 client for QUIRE_BLOB_URL"
     assert json.loads(instruction("ENTRYPOINT")[-1]) == ["quire"]
     assert parse(json.loads(instruction("CMD")[-1])).command == "serve"

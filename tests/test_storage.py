@@ -11,6 +11,7 @@ import pytest
 
 from pipeline.storage import (
     BlobNotFound,
+    BlobStoreUnavailable,
     BlobTooLarge,
     InvalidBlobKey,
     LocalBlobStore,
@@ -143,3 +144,12 @@ def test_a_writer_past_its_limit_aborts_itself(store: LocalBlobStore) -> None:
     assert files_under(store.root) == []
     with pytest.raises(ValueError, match="aborted"):
         writer.write(b"x")
+
+
+def test_check_names_a_blob_directory_that_cannot_be_written(store: LocalBlobStore) -> None:
+    store.check()
+    (store.root / "tmp").rmdir()
+    (store.root / "tmp").write_bytes(b"not a directory")  # as root, permissions would not stop a write
+    with pytest.raises(BlobStoreUnavailable, match="cannot be written") as unwritable:
+        store.check()
+    assert unwritable.value.code == "blob_store_unwritable"

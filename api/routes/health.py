@@ -1,5 +1,6 @@
-"""Health for people and for orchestrators: /health and /readyz ask the database (and the broker, when there is
-one); /healthz only says the process answers, so a database outage does not get every API process restarted.
+"""Health for people and for orchestrators: /health and /readyz ask the database (/readyz the blob store too, and
+the broker, when there is one); /healthz only says the process answers, so a database outage does not get every
+API process restarted.
 
 /readyz also says when the recognition model does not load where recognize runs: in this process (embedded) or
 on any GPU worker that reported (distributed). A model that is absent (none asked for, or not on this machine) is
@@ -24,6 +25,7 @@ from pipeline.db.errors import database_unavailable
 from pipeline.jobs.context import Context
 from pipeline.jobs.dispatch import ModelReporting
 from pipeline.jobs.model_status import ModelStatus
+from pipeline.storage import BlobStoreUnavailable
 
 router = APIRouter(tags=["health"])
 
@@ -42,10 +44,10 @@ def healthz() -> Health:
 
 @router.get("/readyz", response_model=Health, responses={503: {"model": Health}})
 def readyz(ctx: ContextDep, response: Response) -> Health:
-    """Ready when the database and (in the distributed mode) the broker answer and no recognition host says its
-    model does not load; 503 with what failed otherwise."""
+    """Ready when the database, the blob store and (in the distributed mode) the broker answer and no recognition
+    host says its model does not load; 503 with what failed otherwise."""
     broker = _broker(ctx)
-    problems = [problem for problem in (_database(ctx), broker) if problem]
+    problems = [problem for problem in (_database(ctx), _blobs(ctx), broker) if problem]
     statuses = [] if broker else _models(ctx)  # the GPU workers report through the broker
     problems += _lines(status.problem if isinstance(status, ModelStatus) else status for status in statuses)
     notes = _lines(status.note for status in statuses if isinstance(status, ModelStatus))
@@ -64,6 +66,14 @@ def _database(ctx: Context) -> str | None:
         return f"database: {unavailable.code}: {unavailable}"
     except Exception as exc:
         return f"database: {type(exc).__name__}: {exc}"
+    return None
+
+
+def _blobs(ctx: Context) -> str | None:
+    try:
+        ctx.blobs.check()
+    except BlobStoreUnavailable as exc:  # blob_store_unreachable, blob_store_denied, blob_store_missing, ...
+        return f"blobs: {exc.code}: {exc}"
     return None
 
 

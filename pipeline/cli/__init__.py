@@ -29,13 +29,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(command: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
-    """The one place a model or a database that cannot be loaded becomes one message and exit status 2."""
+    """The one place a model, a database or a blob store that cannot be used becomes one message and exit status 2."""
     from pipeline.db.errors import DatabaseUnavailable
     from pipeline.engine.model.errors import CheckpointError
+    from pipeline.storage import BlobStoreUnavailable
 
     try:
         return command(args)
-    except (CheckpointError, DatabaseUnavailable) as exc:
+    except (CheckpointError, DatabaseUnavailable, BlobStoreUnavailable) as exc:
         hint = DEMO_COMMANDS.get(args.command) if exc.code == "model_unavailable" else None
         message = str(exc) + (demo_hint(hint) if hint else "")
         if args.command in ("serve", "worker"):  # their logs are configured: one line with the stable code

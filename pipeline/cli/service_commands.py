@@ -111,10 +111,12 @@ def worker(args: argparse.Namespace) -> int:
         print("error: QUIRE_BROKER_URL is not set; `quire serve` alone runs the embedded mode", file=sys.stderr)
         return 2
     configure_logging(settings.log_format, args.loglevel)
+    from pipeline.blob_url import open_blob_store
     from pipeline.db.migrate import upgrade_to_head
     from pipeline.engine_settings import gpu_threads
 
     upgrade_to_head(settings.database_url)
+    open_blob_store(settings).check()  # a store that cannot be used stops the worker now, in one line (_run)
     from workers.celery_app import app
 
     queues = [queue.strip() for queue in args.queues.split(",") if queue.strip()]

@@ -16,6 +16,7 @@ from typing import Protocol
 from PIL import Image
 from sqlalchemy import Engine
 
+from pipeline.blob_url import open_blob_store
 from pipeline.config import Settings
 from pipeline.db.session import create_db_engine
 from pipeline.documents.layout import LayoutBackend, layout_backend
@@ -24,7 +25,7 @@ from pipeline.documents.recognizer import Recognizer
 from pipeline.engine_settings import layout_device
 from pipeline.jobs.cancel_watch import CancelWatch
 from pipeline.jobs.dispatch import Dispatcher
-from pipeline.storage import BlobStore, LocalBlobStore
+from pipeline.storage import BlobStore
 
 
 class RecognitionHost(Protocol):
@@ -106,7 +107,8 @@ def open_context(settings: Settings, dispatcher: Dispatcher, recognition: Recogn
     """The service's composition root: the database engine and the blob store the settings name, with the given
     dispatcher (Celery, the embedded workers, a test's stand-in) and, in a process that hosts the engine, its
     recognition host. `quire serve` (either mode), every `quire worker` process, the embedded workers and the tests
-    all build their Context here, so the API and the stages never see differently built parts."""
-    assert settings.blob_dir is not None  # Settings fills it in
-    return Context(settings, create_db_engine(settings.database_url), LocalBlobStore(settings.blob_dir), dispatcher,
-                   recognition)
+    all build their Context here, so the API and the stages never see differently built parts. A blob store that
+    cannot be used stops it with BlobStoreUnavailable, before anything is started on it."""
+    blobs = open_blob_store(settings)
+    blobs.check()
+    return Context(settings, create_db_engine(settings.database_url), blobs, dispatcher, recognition)

@@ -7,6 +7,10 @@ service here sets to two seconds (QUIRE_BROKER_VISIBILITY_TIMEOUT_S) instead of 
 every two seconds and takes a document for lost after 20 s without movement (production: a minute and 15 minutes),
 so work that no redelivery covers comes back within a test's time.
 
+`faulty_s3` is the same service with its blobs in a bucket of the real S3 server instead of a directory: the
+service tests that matter for a blob store (upload → poll → result, a batch, a refused upload, a delete) and the
+kill of a GPU worker run on it too (tests/fault/test_s3_blobs.py, tests/fault/test_worker_faults.py), once each.
+
 Every fault test ends with `assert_done_once`: the document succeeded, every region has exactly one row, every page
 was counted once, and the pages finished before the fault kept their regions' first and only attempt.
 """
@@ -18,6 +22,7 @@ import signal
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,8 +30,17 @@ import pytest
 from sqlalchemy import create_engine, func, select
 
 from pipeline.db.models import Document, Page, Region
+from tests import s3
 from tests.fault.owned import OwnedPostgres, OwnedRedis, until
-from tests.service.conftest import Service, free_port, quire_env, start, wait_for_health, wait_for_workers
+from tests.service.conftest import (
+    WEBHOOKS,
+    Service,
+    free_port,
+    quire_env,
+    start,
+    wait_for_health,
+    wait_for_workers,
+)
 from tests.service.test_documents import one_page_pdf, upload, wait_until_final
 
 PAGES = 10
@@ -74,7 +88,27 @@ class Faulty:
 
 @pytest.fixture(scope="package")
 def faulty(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Iterator[Faulty]:
-    root = tmp_path_factory.mktemp("faults")
+    with _faulty_service(tmp_path_factory.mktemp("faults"), tiny_checkpoint, QUIRE_API_KEYS="off") as fault:
+        yield fault
+
+
+@pytest.fixture(scope="package")
+def faulty_s3(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Iterator[Faulty]:
+    """The same service with its blobs in a bucket of the real S3 server (tests/s3.py) instead of a directory:
+    uploads go up in parts of 5 MiB and the upload limit is 6 MiB, so a refused upload has started a multipart
+    upload. It requires API keys (tenants `acme` and `globex`) and calls webhooks on loopback, so the service tests
+    run on it as they are."""
+    with s3.fresh_bucket() as bucket, _faulty_service(
+            tmp_path_factory.mktemp("faults-s3"), tiny_checkpoint, QUIRE_API_KEYS="required",
+            QUIRE_BLOB_URL=f"s3://{bucket}/quire", QUIRE_S3_PART_BYTES=str(5 << 20),
+            QUIRE_MAX_UPLOAD_BYTES=str(6 << 20), **WEBHOOKS, **s3.ENV) as fault:
+        yield fault
+
+
+@contextmanager
+def _faulty_service(root: Path, tiny_checkpoint: Path, **settings: str) -> Iterator[Faulty]:
+    """`quire serve`, a CPU and a GPU worker on an owned Redis and Postgres, warmed up; keys made for `acme` and
+    `globex` when the settings require them."""
     port = free_port()
     fault = Faulty(Service(f"http://127.0.0.1:{port}", "", [root / "serve.log"]), root, OwnedRedis(root),
                    OwnedPostgres())
@@ -83,7 +117,10 @@ def faulty(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> I
         fault.postgres.start()
         fault.service.database_url = fault.postgres.create_database(f"quire_faults_{uuid.uuid4().hex[:8]}")
         fault.service.env = quire_env(root, tiny_checkpoint, QUIRE_DATABASE_URL=fault.service.database_url,
-                                      QUIRE_BROKER_URL=fault.redis.url, QUIRE_API_KEYS="off", **SETTINGS)
+                                      QUIRE_BROKER_URL=fault.redis.url, **SETTINGS, **settings)
+        if settings["QUIRE_API_KEYS"] == "required":
+            fault.service.keys = {tenant: fault.service.quire("keys", "create", "--tenant", tenant).strip()
+                                  for tenant in ("acme", "globex")}
         start(fault.processes, fault.service.logs[0], fault.service.env, "serve", "--port", str(port),
               new_session=True)
         fault.start_worker("cpu")

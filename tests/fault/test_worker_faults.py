@@ -1,13 +1,19 @@
 """A worker killed with SIGKILL mid-document is replaced, and the document still succeeds with every page finished
-once (tests/fault/conftest.py's `assert_done_once`)."""
+once (tests/fault/conftest.py's `assert_done_once`), with the blobs in a directory and, for the GPU worker, in
+S3."""
 
 from __future__ import annotations
+
+import pytest
 
 from tests.fault.conftest import PAGES, Faulty, assert_done_once, mid_document, wait_for
 from tests.service.test_documents import one_page_pdf, upload
 
 
-def test_a_gpu_worker_killed_mid_document_is_replaced_and_every_page_is_finished_once(faulty: Faulty) -> None:
+@pytest.mark.parametrize("blobs", ["local", "s3"])
+def test_a_gpu_worker_killed_mid_document_is_replaced_and_every_page_is_finished_once(
+        blobs: str, request: pytest.FixtureRequest) -> None:
+    faulty: Faulty = request.getfixturevalue("faulty" if blobs == "local" else "faulty_s3")
     document_id, finished = mid_document(faulty, "The GPU worker dies")
     faulty.kill_worker("gpu")
     faulty.start_worker("gpu")
