@@ -264,7 +264,7 @@ def median_pair(pairs: list[dict[str, Any]]) -> dict[str, Any]:
 def own_prefix(url: str) -> Iterator[str]:
     """A prefix of this run's own under the bucket URL, its objects removed at the end (an existing bucket's other
     objects are never touched)."""
-    from pipeline.blob_url import parse_s3_url
+    from pipeline.s3_location import parse_s3_url
     from pipeline.s3_storage import S3BlobStore
 
     location = parse_s3_url(url)

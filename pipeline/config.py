@@ -8,8 +8,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, PositiveInt, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from pipeline.blob_url import parse_s3_url
 from pipeline.engine.prompts import Task
+from pipeline.s3_location import parse_s3_url
 
 ApiKeysMode = Literal["auto", "required", "off"]
 # the page rendering resolutions an upload's `dpi` and `quire process --dpi` take, one range for both: 0 cannot

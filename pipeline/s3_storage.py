@@ -26,7 +26,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
-from pipeline.blob_url import S3Location
+from pipeline.s3_location import S3Location
 from pipeline.storage import BlobNotFound, BlobStoreUnavailable, BlobTooLarge, StoredBlob, check_key
 
 log = logging.getLogger(__name__)

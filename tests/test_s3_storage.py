@@ -20,10 +20,11 @@ from pydantic import ValidationError
 
 from api.app import create_app
 from benchmarks.stack import free_port
-from pipeline.blob_url import S3Location, open_blob_store, parse_s3_url
+from pipeline.blob_url import open_blob_store
 from pipeline.config import Settings
 from pipeline.db.migrate import upgrade_to_head
 from pipeline.jobs.context import open_context
+from pipeline.s3_location import S3Location, parse_s3_url
 from pipeline.s3_storage import MIN_PART_BYTES, S3BlobStore
 from pipeline.storage import BlobNotFound, BlobStoreUnavailable, BlobTooLarge, InvalidBlobKey, StoredBlob
 from tests import s3
