@@ -28,6 +28,8 @@ from pipeline.engine.engine import Engine
 from pipeline.engine.model.loader import CheckpointError
 from workers.celery_app import app
 
+pytestmark = pytest.mark.slow  # each test runs `quire` as a subprocess
+
 
 def _quire(*args: str, cache: Path, **env_vars: str) -> subprocess.CompletedProcess[str]:
     """`quire ARGS` in a subprocess; its pages in its own thread unless QUIRE_PROCESS_WORKERS is given (the page

@@ -15,6 +15,8 @@ from pipeline import process
 from pipeline.documents.assemble import load_schema
 from tests.documents.samples import corpus_bytes
 
+pytestmark = pytest.mark.slow  # whole documents through the engine, some in subprocesses
+
 CORPUS = Path(__file__).resolve().parent / "fixtures" / "corpus"
 TEXT_ONLY = CORPUS / "pdflatex-4-pages.pdf"
 

@@ -8,7 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from sqlalchemy import create_engine, text
+
+pytestmark = pytest.mark.slow  # each test runs `quire` as a subprocess
 
 
 def quire(cache: Path, *args: str, **env_vars: str) -> subprocess.CompletedProcess[str]:

@@ -19,6 +19,8 @@ from safetensors.torch import load_file, save_file
 from pipeline import cli
 from pipeline.engine.model import loader
 
+pytestmark = pytest.mark.slow  # `quire models` as a subprocess
+
 MODEL, LAYOUT = "PaddlePaddle/PaddleOCR-VL", "PaddlePaddle/PP-DocLayoutV2_safetensors"
 COMMITS = {MODEL: "a" * 40, LAYOUT: "b" * 40, "google-bert/bert-base-uncased": "c" * 40}
 

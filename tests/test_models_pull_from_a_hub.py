@@ -22,6 +22,8 @@ import pytest
 from pipeline.config import Settings
 from tests.hub_server import HubServer, hub_server, repo_contents
 
+pytestmark = pytest.mark.slow  # `quire models pull` as a subprocess, against a local hub server
+
 MODEL, LAYOUT = Settings.model_fields["model"].default, Settings.model_fields["layout_model"].default
 QUIRE = Path(sys.executable).with_name("quire")
 CORPUS = Path(__file__).resolve().parent / "fixtures" / "corpus"

@@ -30,6 +30,8 @@ from pipeline.storage import BlobNotFound, BlobStoreUnavailable, BlobTooLarge, I
 from tests import s3
 from tests.api.conftest import RecordingDispatcher
 
+pytestmark = pytest.mark.slow  # talks to the S3 server
+
 MiB = 1 << 20
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import pytest
 import redis
 from fastapi.testclient import TestClient
 
@@ -78,6 +79,7 @@ def ready_within(client: TestClient, status_code: int, timeout_s: float = 20.0) 
     return response
 
 
+@pytest.mark.slow
 def test_embedded_readyz_is_503_with_the_models_code_once_a_region_finds_it_does_not_load(
         settings: Settings, tiny_checkpoint: Path, tmp_path: Path) -> None:
     host = host_on(broken_checkpoint(tiny_checkpoint, tmp_path, remove_weights), tmp_path)

@@ -5,6 +5,7 @@ instead of starting work, since this is about the API's own answers to odd input
 
 from __future__ import annotations
 
+import pytest
 import schemathesis
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given
@@ -20,6 +21,7 @@ from tests.api.conftest import RecordingDispatcher, corpus, upload
 MAX_EXAMPLES = 15
 
 
+@pytest.mark.slow
 def test_no_operation_answers_a_server_error(settings: Settings) -> None:
     app = create_app(open_context(settings, RecordingDispatcher()), tenant="acme")
     with TestClient(app) as client:

@@ -75,6 +75,7 @@ def test_pdf_backend_gives_well_formed_regions_on_every_corpus_page(name: str):
             assert_well_formed(regions, page)
 
 
+@pytest.mark.slow
 def test_multicolumn_pages_read_column_by_column():
     document, pages = pages_of(corpus_bytes("multicolumn.pdf"))
     with document:

@@ -28,6 +28,8 @@ from pipeline.documents_api import DocumentProcessor
 from pipeline.engine.images import ImageSettings, model_image
 from tests.documents.samples import CORPUS, ENCRYPTED_PASSWORD
 
+pytestmark = pytest.mark.slow  # spawns page-worker processes
+
 CORPUS_FILES = sorted(CORPUS.glob("*.pdf"))
 
 

@@ -130,6 +130,7 @@ def test_a_million_block_pool_is_built_in_well_under_a_second():
     assert pool.num_free == 1_000_000
 
 
+@pytest.mark.slow
 def test_allocating_from_a_million_cached_blocks_costs_what_it_does_from_ten_thousand():
     """Every block cached and free: each allocation evicts, the case that used to scan the whole pool (a
     cycle took 14 ms at 10,000 blocks and 865 ms at 1,000,000). Sizes are timed in turn so that load elsewhere
@@ -163,6 +164,7 @@ def test_blocks_in_use_keep_their_entries_whatever_the_cap():
     assert pool.num_cached == 0 and pool.num_free == 4
 
 
+@pytest.mark.slow
 def test_a_capped_pool_holds_the_same_memory_after_a_hundred_thousand_blocks_as_after_fifty_thousand():
     """Each entry costs host memory (about 600 bytes measured here), so a pool whose every computed block kept its
     entry grew by that much per block until the whole pool held entries; capped, it levels off at the cap."""

@@ -35,6 +35,7 @@ def tight_engine(tiny_checkpoint) -> Engine:
                                   max_num_batched_tokens=32, max_num_seqs=8)
 
 
+@pytest.mark.slow
 def test_mixed_batch_under_preemption_and_chunking_equals_transformers_alone(tight_engine, tiny_checkpoint):
     assert_engine_equals_transformers(tight_engine, tiny_checkpoint, _mixed_requests())
     assert tight_engine.scheduler.preemptions > 0
@@ -59,6 +60,7 @@ def test_abort_frees_every_block(tiny_checkpoint):
     assert engine.pool.num_free == engine.pool.num_blocks and not engine.has_unfinished()
 
 
+@pytest.mark.slow
 def test_no_block_leaks_after_1000_mixed_requests(tiny_checkpoint):
     engine = Engine.from_pretrained(tiny_checkpoint, block_size=4, num_blocks=300, max_num_seqs=16,
                                     max_num_batched_tokens=512)

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from pipeline.engine.devices import EXIT_DEVICE_FAILED, is_sticky_device_error
@@ -25,6 +26,7 @@ print("still serving")
 """
 
 
+@pytest.mark.slow
 def test_a_sticky_cuda_error_in_the_loop_ends_the_process_with_one_line(tiny_checkpoint):
     done = subprocess.run([sys.executable, "-c", SCRIPT, str(tiny_checkpoint)], capture_output=True, text=True,
                           timeout=120, cwd=Path(__file__).parents[2])

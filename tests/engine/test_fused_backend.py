@@ -9,6 +9,8 @@ from pipeline.engine.cuda_graphs import DecodeGraphs, buckets
 from pipeline.engine.engine import Engine
 from tests.reference import assert_engine_equals_transformers, random_image, user_turn
 
+pytestmark = pytest.mark.slow  # the CUDA path under Triton's interpreter
+
 pytest.importorskip("triton")
 
 

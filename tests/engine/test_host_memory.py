@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from pipeline.engine.engine import Engine
 from pipeline.engine.host_memory import MemoryTrimmer
 from pipeline.engine.request import Request
@@ -112,6 +114,7 @@ print(*readings)
 """
 
 
+@pytest.mark.slow
 def test_gemms_over_ever_new_row_counts_keep_a_bounded_cache(tiny_checkpoint):
     """Before the bound (1,024-entry caches) the second 400 (row count, weight) pairs added 144 MB; now 1 MB."""
     done = subprocess.run([sys.executable, "-c", SHAPES_CHILD, str(tiny_checkpoint)], capture_output=True, text=True,

@@ -30,6 +30,8 @@ from tests.receiver import Received, receiver
 from workers.embedded import EmbeddedWorkers
 from workers.engine_host import EngineHost
 
+pytestmark = pytest.mark.slow  # waits out real retry delays
+
 ONE_PAGE = (CORPUS / "minimal-document.pdf").read_bytes()
 FAST_RETRIES = {"webhook_allow": ["127.0.0.1"], "webhook_backoff_s": 0.05, "webhook_backoff_max_s": 0.2,
                 "webhook_timeout_s": 5.0}

@@ -174,6 +174,7 @@ def test_a_document_deleted_while_it_is_worked_on_ends_its_remaining_tasks_quiet
     assert not [record for record in caplog.records if record.levelname == "ERROR"]
 
 
+@pytest.mark.slow
 def test_a_cancel_mid_recognition_aborts_the_engine_requests_and_no_region_row_changes_after_it(service, engine_host):
     engine = engine_host.engine
     schedule = engine.scheduler.schedule

@@ -25,6 +25,8 @@ from pipeline.engine.ops.triton_attention import (
     work_items,
 )
 
+pytestmark = pytest.mark.slow  # Triton's interpreter
+
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 DECODER = (16, 2, 128)  # the real decoder: 16 query heads on 2 KV heads (group 8), head_dim 128
