@@ -27,7 +27,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
 from pipeline.s3_location import S3Location
-from pipeline.storage import BlobNotFound, BlobStoreUnavailable, BlobTooLarge, StoredBlob, check_key
+from pipeline.storage import BlobNotFound, BlobStoreUnavailable, BlobTooLarge, StoredBlob, check_key, write_all
 
 log = logging.getLogger(__name__)
 
@@ -100,13 +100,7 @@ class S3BlobStore:
         return self.put_stream([data]).key
 
     def put_stream(self, chunks: Iterable[bytes], max_bytes: int | None = None) -> StoredBlob:
-        writer = self.writer(max_bytes)
-        try:
-            for chunk in chunks:
-                writer.write(chunk)
-            return writer.commit()
-        finally:
-            writer.abort()
+        return write_all(self.writer(max_bytes), chunks)
 
     def writer(self, max_bytes: int | None = None) -> S3BlobWriter:
         return S3BlobWriter(self, max_bytes)

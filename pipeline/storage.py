@@ -77,6 +77,16 @@ class BlobWriter(Protocol):
         ...
 
 
+def write_all(writer: BlobWriter, chunks: Iterable[bytes]) -> StoredBlob:
+    """Every chunk through `writer`, then commit; whatever fails on the way leaves nothing behind (abort)."""
+    try:
+        for chunk in chunks:
+            writer.write(chunk)
+        return writer.commit()
+    finally:
+        writer.abort()
+
+
 class BlobStore(Protocol):
     """Where the service keeps bytes. Keys are SHA-256 hex digests of the content; a put is idempotent."""
 
@@ -144,13 +154,7 @@ class LocalBlobStore:
         return self.put_stream([data]).key
 
     def put_stream(self, chunks: Iterable[bytes], max_bytes: int | None = None) -> StoredBlob:
-        writer = self.writer(max_bytes)
-        try:
-            for chunk in chunks:
-                writer.write(chunk)
-            return writer.commit()
-        finally:
-            writer.abort()
+        return write_all(self.writer(max_bytes), chunks)
 
     def writer(self, max_bytes: int | None = None) -> LocalBlobWriter:
         return LocalBlobWriter(self, max_bytes)
