@@ -80,7 +80,9 @@ def test_no_block_leaks_after_1000_mixed_requests(tiny_checkpoint):
 
 
 def test_seeded_sampling_is_reproducible(tiny_checkpoint):
-    engine = Engine.from_pretrained(tiny_checkpoint)
+    """The prefix cache is off: a repeat would otherwise prefill only its last token, and in bf16 that shorter GEMM
+    rounds the logits differently; the tiny model's are nearly flat, so the same draw then picks another token."""
+    engine = Engine.from_pretrained(tiny_checkpoint, prefix_cache_tokens=0)
 
     def sampled(seed: int) -> list[int]:
         return engine.generate([Request(prompt="OCR:", images=[random_image(70, 50)], max_tokens=10,
