@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.stack import Stack, distributed_stack, exit_on_sigterm, tree_rss_kib
+from benchmarks.stack import Stack, distributed_stack, exit_on_sigterm
 from benchmarks.workload import (
     Uploaded,
     finished_at,
@@ -44,6 +44,7 @@ from benchmarks.workload import (
     upload_all,
     wait_until_final,
 )
+from tests.process_tree import tree_rss_kib
 
 PARAGRAPHS = 3  # regions per generated page
 SOAK_REQUESTS = 20_000

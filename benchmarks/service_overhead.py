@@ -2,7 +2,7 @@
 
 The documents are `--documents` generated PDFs of `--pages` pages, three distinct paragraphs a page (every
 paragraph a region and an engine request, none answered from a cache). Both sides run the service tests' fast
-settings (benchmarks/stack.py FAST: 40 dpi, the `pdf` layout, no text layer, 4 tokens a region) on the same model
+settings (tests/local_stack.py FAST: 40 dpi, the `pdf` layout, no text layer, 4 tokens a region) on the same model
 (a tiny checkpoint unless `--model`), after a warm-up of `--warmup` other documents that loads the engine.
 
 (a) is `quire process`'s single-process path (QUIRE_PROCESS_WORKERS=0): one engine in this process, each file through
@@ -63,10 +63,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks.stack import FAST, Stack, distributed_stack, exit_on_sigterm
+from benchmarks.stack import Stack, distributed_stack, exit_on_sigterm
 from benchmarks.workload import finished_at, generated_pdf, page_errors, result_counts, upload_all, wait_until_final
 from pipeline.config import Settings
 from pipeline.engine_settings import engine_kwargs, gpu_threads, layout_device
+from tests.local_stack import FAST
 
 BUSY_TARGET, OVERHEAD_TARGET_MS = 0.8, 5.0
 

@@ -3,10 +3,11 @@
 touched), `quire serve` (the API alone, without keys, on loopback) and two Celery workers, `--queues cpu` and
 `--queues gpu`, on a given model directory or a tiny checkpoint written into the run's temp directory.
 
-The settings are the service tests' fast ones (no text layer, so every text region goes to the engine; the `pdf`
-layout; 40 dpi; 4 tokens per region). The GPU worker serves its engine's counters on QUIRE_METRICS_PORT, which
-is how a benchmark reads the engine's busy time from outside. Each process runs in a session of its own, so the
-end of the run stops it together with its children (the CPU worker's prefork pool) and nothing else.
+The settings are the service tests' fast ones (tests/local_stack.py FAST: no text layer, so every text region goes to
+the engine; the `pdf` layout; 40 dpi; 4 tokens per region), and the free port, scratch database and waits are theirs
+too. The GPU worker serves its engine's counters on QUIRE_METRICS_PORT, which is how a benchmark reads the engine's
+busy time from outside. Each process runs in a session of its own, so the end of the run stops it together with its
+children (the CPU worker's prefork pool) and nothing else.
 """
 
 from __future__ import annotations
@@ -14,12 +15,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -27,15 +26,12 @@ from pathlib import Path
 
 import httpx
 import redis
-from sqlalchemy import create_engine, text
-from sqlalchemy.exc import OperationalError
 
 from pipeline.metrics import ENGINE_COUNTERS
+from tests.local_stack import FAST, free_port, scratch_database, wait_for_health, wait_for_workers
+from tests.process_tree import tree_cpu_s
 
 ROOT = Path(__file__).resolve().parent.parent
-POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432"
-FAST = {"QUIRE_MAX_TOKENS": "4", "QUIRE_DPI": "40", "QUIRE_LAYOUT": "pdf", "QUIRE_TEXT_LAYER": "off",
-        "QUIRE_GPU_THREADS": "2", "QUIRE_CPU_THREADS": "2"}
 
 
 @dataclass
@@ -94,59 +90,6 @@ def _stat_name(metric: str) -> str:
     name = metric.removeprefix("quire_engine_")
     counter = name.removesuffix("_total")
     return counter if counter in ENGINE_COUNTERS else name
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def descendants(pid: int) -> list[int]:
-    """pid and every process under it alive now (children, their children, ...)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parent = int(_stat_fields(int(entry.name))[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(parent, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        found.append(todo.pop())
-        todo.extend(children.get(found[-1], []))
-    return found
-
-
-def tree_rss_kib(pid: int) -> int:
-    """VmRSS of a process and all its descendants, in KiB (a process that vanished meanwhile counts 0)."""
-    return sum(_vm_rss_kib(each) for each in descendants(pid))
-
-
-def tree_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) used so far by a process, its descendants alive now and the children they
-    have waited for."""
-    total = 0
-    for each in descendants(pid):
-        try:
-            total += sum(int(value) for value in _stat_fields(each)[11:15])  # utime stime cutime cstime
-        except (OSError, ValueError):
-            continue
-    return total / os.sysconf("SC_CLK_TCK")
-
-
-def _stat_fields(pid: int) -> list[str]:
-    """/proc/PID/stat after the command name: state, ppid, ... (field 3 of proc(5) is index 0)."""
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-
-
-def _vm_rss_kib(pid: int) -> int:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return 0
-    return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
 
 
 def exit_on_sigterm() -> None:
@@ -240,40 +183,6 @@ def _signal_group(process: subprocess.Popen, signum: int) -> None:
         pass
 
 
-def wait_for_health(url: str, processes: Iterable[subprocess.Popen], tail: Callable[[], str],
-                    timeout_s: float = 120.0) -> None:
-    """Return once url's /health answers 200; RuntimeError (with tail()) when a process exits first or time is up."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if any(process.poll() is not None for process in processes):
-            raise RuntimeError(f"a service process exited early\n{tail()}")
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"the API did not answer /health in {timeout_s} s\n{tail()}")
-
-
-def wait_for_workers(broker_url: str, names: set[str], tail: Callable[[], str], timeout_s: float = 120.0) -> None:
-    """Return once Celery workers with these names (before the @) answer a ping; RuntimeError when time is up."""
-    from celery import Celery
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        probe = Celery(broker=broker_url)
-        try:
-            replies = {name.split("@")[0] for reply in probe.control.ping(timeout=1.0) for name in reply}
-        except redis.ConnectionError:  # a connection kept from before a broker restart
-            replies = set()
-        finally:
-            probe.close()
-        if names <= replies:
-            return
-    raise RuntimeError(f"workers {names} did not answer a ping in {timeout_s} s\n{tail()}")
-
-
 @contextmanager
 def _throwaway_redis(root: Path) -> Iterator[tuple[subprocess.Popen, str]]:
     """redis-server on a free loopback port, without persistence; it and its URL (database 0, empty at start)."""
@@ -299,21 +208,3 @@ def _pings(client: redis.Redis) -> bool:
     except redis.ConnectionError:
         return False
 
-
-@contextmanager
-def scratch_database(prefix: str) -> Iterator[str]:
-    """A database of this run's own on the local Postgres, dropped (connections and all) at the end; its URL."""
-    maintenance = create_engine(f"{POSTGRES}/postgres", isolation_level="AUTOCOMMIT")
-    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
-    try:
-        with maintenance.connect() as connection:
-            connection.execute(text(f'CREATE DATABASE "{name}"'))
-    except OperationalError as exc:
-        maintenance.dispose()
-        raise RuntimeError(f"Postgres at 127.0.0.1:5432 is not reachable (`make test` starts it): {exc}") from exc
-    try:
-        yield f"{POSTGRES}/{name}"
-    finally:
-        with maintenance.connect() as connection:
-            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        maintenance.dispose()

@@ -22,13 +22,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, create_engine, text
 
-from benchmarks.stack import scratch_database
 from pipeline.db.migrate import upgrade_to_head
 from pipeline.db.session import create_db_engine
 from pipeline.documents.tiny_layout import TinyLayoutSpec, write_tiny_layout_checkpoint
 from pipeline.samples.tiny_checkpoint import write_tiny_checkpoint
 from tests import s3
 from tests.jobs.expected import service_settings
+from tests.local_stack import scratch_database
 from tests.tiny import TEST_SPEC
 from workers.engine_host import EngineHost
 

@@ -19,7 +19,6 @@ from PIL import Image
 from pydantic import ValidationError
 
 from api.app import create_app
-from benchmarks.stack import free_port
 from pipeline.blob_url import open_blob_store
 from pipeline.config import Settings
 from pipeline.db.migrate import upgrade_to_head
@@ -29,6 +28,7 @@ from pipeline.s3_storage import MIN_PART_BYTES, S3BlobStore
 from pipeline.storage import BlobNotFound, BlobStoreUnavailable, BlobTooLarge, InvalidBlobKey, StoredBlob
 from tests import s3
 from tests.api.conftest import RecordingDispatcher
+from tests.local_stack import free_port
 
 pytestmark = pytest.mark.slow  # talks to the S3 server
 

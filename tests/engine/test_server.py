@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import io
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ import uvicorn
 
 from pipeline.engine.engine import Engine
 from pipeline.engine.entrypoints.openai_server import openai_app
+from tests.local_stack import free_port
 from tests.reference import random_image
 
 MODEL = "tiny"
@@ -36,16 +36,10 @@ class Served:
     client: openai.OpenAI
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def served(tiny_checkpoint) -> Iterator[Served]:
     engine = Engine.from_pretrained(tiny_checkpoint, max_num_seqs=8)
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(openai_app(engine, MODEL), host="127.0.0.1", port=port,
                                            log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)

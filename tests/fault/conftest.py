@@ -32,10 +32,10 @@ from sqlalchemy import create_engine, func, select
 from pipeline.db.models import Document, Page, Region
 from tests import s3
 from tests.fault.owned import OwnedPostgres, OwnedRedis, until
+from tests.local_stack import free_port
 from tests.service.conftest import (
     WEBHOOKS,
     Service,
-    free_port,
     quire_env,
     start,
     wait_for_health,

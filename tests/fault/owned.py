@@ -21,7 +21,7 @@ import psycopg
 import pytest
 import redis
 
-from benchmarks.stack import free_port
+from tests.local_stack import free_port
 
 
 def until(condition: Callable[[], bool], timeout_s: float, message: str, tail: Callable[[], str]) -> None:

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from benchmarks.stack import scratch_database
 from pipeline.accounts import ensure_tenant, set_callback_url
 from pipeline.db.migrate import upgrade_to_head
 from pipeline.db.models import Batch, Document, WebhookDelivery
@@ -26,6 +25,7 @@ from pipeline.webhooks import verify
 from tests.documents.samples import ENCRYPTED
 from tests.jobs.conftest import accept, wait_until_final
 from tests.jobs.expected import CORPUS, service_settings
+from tests.local_stack import scratch_database
 from tests.receiver import Received, receiver
 from workers.embedded import EmbeddedWorkers
 from workers.engine_host import EngineHost

@@ -22,12 +22,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from benchmarks import stack
-from benchmarks.stack import free_port, scratch_database
+from tests import local_stack
+from tests.local_stack import FAST, free_port, scratch_database
 
 REDIS = "redis://127.0.0.1:6379"
-FAST = {"QUIRE_MAX_TOKENS": "4", "QUIRE_DPI": "40", "QUIRE_LAYOUT": "pdf", "QUIRE_TEXT_LAYER": "off",
-        "QUIRE_GPU_THREADS": "2", "QUIRE_CPU_THREADS": "2"}
 # Webhook receivers in the tests listen on loopback, and retries come within a second.
 WEBHOOKS = {"QUIRE_WEBHOOK_ALLOW": "127.0.0.1", "QUIRE_WEBHOOK_BACKOFF_S": "0.2", "QUIRE_WEBHOOK_BACKOFF_MAX_S": "0.5"}
 
@@ -100,11 +98,11 @@ def start(processes: list[subprocess.Popen], log: Path, env: dict[str, str], *ar
 
 
 def wait_for_health(service: Service, processes: list[subprocess.Popen], timeout_s: float = 90.0) -> None:
-    stack.wait_for_health(service.url, processes, service.tail, timeout_s)
+    local_stack.wait_for_health(service.url, processes, service.tail, timeout_s)
 
 
 def wait_for_workers(broker_url: str, names: set[str], service: Service, timeout_s: float = 90.0) -> None:
-    stack.wait_for_workers(broker_url, names, service.tail, timeout_s)
+    local_stack.wait_for_workers(broker_url, names, service.tail, timeout_s)
 
 
 @pytest.fixture(scope="session")

@@ -9,8 +9,8 @@ import asyncio
 
 import httpx
 
-from benchmarks.stack import tree_rss_kib
 from benchmarks.workload import generated_pdf
+from tests.process_tree import tree_rss_kib
 from tests.service.conftest import Service
 from tests.service.test_documents import result, wait_until_final
 

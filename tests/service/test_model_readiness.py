@@ -15,10 +15,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from benchmarks.stack import free_port, scratch_database
 from pipeline import process
 from tests.fault.owned import OwnedRedis
 from tests.jobs.expected import CORPUS, comparable
+from tests.local_stack import free_port, scratch_database
 from tests.service.conftest import Service, quire_env, start, stop, wait_for_health, wait_for_workers
 from tests.service.test_documents import result, upload, wait_until_final
 

@@ -23,7 +23,8 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.service.conftest import Service, free_port, quire_env, start, wait_for_health
+from tests.local_stack import free_port
+from tests.service.conftest import Service, quire_env, start, wait_for_health
 
 PDF = Path(__file__).resolve().parents[1] / "fixtures" / "corpus" / "pdflatex-4-pages.pdf"
 PICTURE_PDF = PDF.with_name("pdflatex-image.pdf")
