@@ -29,7 +29,6 @@ import torch
 
 from benchmarks.engine_throughput import engine_round, logit_rel_err, workload
 from benchmarks.engines import random_model, release
-from benchmarks.transformers_reference import load_model, load_processor
 from pipeline.engine.core import EngineConfig
 from pipeline.engine.engine import Engine
 from pipeline.engine.model.config import ModelConfig
@@ -38,6 +37,7 @@ from pipeline.engine.processor import Processor
 from pipeline.engine.request import Request
 from pipeline.samples.images import sample_image
 from pipeline.samples.tiny_checkpoint import TinySpec, write_tiny_checkpoint
+from tests.transformers_reference import load_model, load_processor
 
 SIDE_KV_CACHE = 1 << 30  # engines beside the shared one: unsized, each would take most of the free device memory
 

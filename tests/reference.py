@@ -1,4 +1,5 @@
-"""The transformers reference, used by the parity tests (never by Quire itself)."""
+"""The transformers reference, as the parity tests use it (never Quire itself): loaded by
+tests/transformers_reference.py, which the benchmarks that compare with it import too."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from benchmarks.transformers_reference import load_model, load_processor
 from pipeline.engine.ops.attention import causal_attention
+from tests.transformers_reference import load_model, load_processor
 
 
 @cache

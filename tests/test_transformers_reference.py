@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks.transformers_reference import load_model, load_processor
 from pipeline.samples.tiny_checkpoint import TinySpec
+from tests.transformers_reference import load_model, load_processor
 
 
 @pytest.fixture
