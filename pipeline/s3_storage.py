@@ -27,7 +27,15 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
 from pipeline.s3_location import S3Location
-from pipeline.storage import BlobNotFound, BlobStoreUnavailable, BlobTooLarge, StoredBlob, check_key, write_all
+from pipeline.storage import (
+    BlobNotFound,
+    BlobStoreUnavailable,
+    BlobTally,
+    BlobTooLarge,
+    StoredBlob,
+    check_key,
+    write_all,
+)
 
 log = logging.getLogger(__name__)
 
@@ -137,8 +145,7 @@ class S3BlobWriter:
     by commit."""
 
     def __init__(self, store: S3BlobStore, max_bytes: int | None = None) -> None:
-        self._store, self._client, self._max_bytes = store, store.client, max_bytes
-        self._digest, self._size = hashlib.sha256(), 0
+        self._store, self._client, self._tally = store, store.client, BlobTally(max_bytes)
         self._buffer = bytearray()
         self._temporary = store.temporary_key()
         self._upload_id: str | None = None
@@ -148,15 +155,15 @@ class S3BlobWriter:
     @property
     def size(self) -> int:
         """Bytes written so far."""
-        return self._size
+        return self._tally.size
 
     def write(self, chunk: bytes) -> None:
         self._expect("writing")
-        self._size += len(chunk)
-        if self._max_bytes is not None and self._size > self._max_bytes:
+        try:
+            self._tally.add(chunk)
+        except BlobTooLarge:
             self.abort()
-            raise BlobTooLarge(self._max_bytes)
-        self._digest.update(chunk)
+            raise
         self._buffer += chunk
         while len(self._buffer) >= self._store.part_bytes:
             self._send_part(self._store.part_bytes)
@@ -175,7 +182,7 @@ class S3BlobWriter:
             self._buffer = bytearray()
             self._state = "finished"
         self._expect("finished", "committed")
-        return StoredBlob(self._digest.hexdigest(), self._size)
+        return self._tally.blob()
 
     def commit(self) -> StoredBlob:
         blob = self.finish()

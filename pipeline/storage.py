@@ -77,6 +77,27 @@ class BlobWriter(Protocol):
         ...
 
 
+class BlobTally:
+    """What every BlobWriter keeps of the bytes that pass through it: how many (held to max_bytes) and their SHA-256,
+    which becomes the key. One class, so that both stores count, refuse and name a blob the same way."""
+
+    def __init__(self, max_bytes: int | None = None) -> None:
+        self.max_bytes = max_bytes
+        self.size = 0
+        self._digest = hashlib.sha256()
+
+    def add(self, chunk: bytes) -> None:
+        """Count and hash chunk; raises BlobTooLarge, without hashing it, once the count passes max_bytes."""
+        self.size += len(chunk)
+        if self.max_bytes is not None and self.size > self.max_bytes:
+            raise BlobTooLarge(self.max_bytes)
+        self._digest.update(chunk)
+
+    def blob(self) -> StoredBlob:
+        """The key and size of the bytes counted so far."""
+        return StoredBlob(self._digest.hexdigest(), self.size)
+
+
 def write_all(writer: BlobWriter, chunks: Iterable[bytes]) -> StoredBlob:
     """Every chunk through `writer`, then commit; whatever fails on the way leaves nothing behind (abort)."""
     try:
@@ -189,8 +210,7 @@ class LocalBlobWriter:
     """A LocalBlobStore blob in the making: a temporary file in root/tmp, renamed into place by commit."""
 
     def __init__(self, store: LocalBlobStore, max_bytes: int | None = None) -> None:
-        self._store, self._max_bytes = store, max_bytes
-        self._digest, self._size = hashlib.sha256(), 0
+        self._store, self._tally = store, BlobTally(max_bytes)
         handle, temporary = tempfile.mkstemp(dir=store.root / "tmp", prefix="upload-")
         self._file = os.fdopen(handle, "wb")
         self._temporary = Path(temporary)
@@ -199,15 +219,15 @@ class LocalBlobWriter:
     @property
     def size(self) -> int:
         """Bytes written so far."""
-        return self._size
+        return self._tally.size
 
     def write(self, chunk: bytes) -> None:
         self._expect("writing")
-        self._size += len(chunk)
-        if self._max_bytes is not None and self._size > self._max_bytes:
+        try:
+            self._tally.add(chunk)
+        except BlobTooLarge:
             self.abort()
-            raise BlobTooLarge(self._max_bytes)
-        self._digest.update(chunk)
+            raise
         self._file.write(chunk)
 
     def finish(self) -> StoredBlob:
@@ -217,7 +237,7 @@ class LocalBlobWriter:
             self._file.close()
             self._state = "finished"
         self._expect("finished", "committed")
-        return StoredBlob(self._digest.hexdigest(), self._size)
+        return self._tally.blob()
 
     def commit(self) -> StoredBlob:
         blob = self.finish()
