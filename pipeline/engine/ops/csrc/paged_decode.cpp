@@ -5,7 +5,6 @@
 // sequence streams its own blocks once: scores, softmax, weighted sum of values, accumulated in fp32.
 #include "cpu_kernels.h"
 
-#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cmath>
@@ -64,18 +63,17 @@ void decode_sequence(const scalar_t* q, const scalar_t* k_pool, const scalar_t* 
 }  // namespace
 
 // q (B, H, D); k_pool, v_pool (blocks, block_size, KV, D); tables (B, max_blocks) int64; lengths (B,) int64.
-torch::Tensor paged_decode(torch::Tensor q, torch::Tensor k_pool, torch::Tensor v_pool, torch::Tensor tables,
-                           torch::Tensor lengths, double scale) {
+at::Tensor paged_decode(at::Tensor q, at::Tensor k_pool, at::Tensor v_pool, at::Tensor tables,
+                           at::Tensor lengths, double scale) {
   TORCH_CHECK(q.dim() == 3 && k_pool.dim() == 4 && v_pool.sizes() == k_pool.sizes(), "bad shapes");
   TORCH_CHECK(q.is_contiguous() && k_pool.is_contiguous() && v_pool.is_contiguous(), "inputs must be contiguous");
-  TORCH_CHECK(tables.scalar_type() == torch::kLong && lengths.scalar_type() == torch::kLong, "int64 tables");
+  TORCH_CHECK(tables.scalar_type() == at::kLong && lengths.scalar_type() == at::kLong, "int64 tables");
   auto tables_c = tables.contiguous();
   auto lengths_c = lengths.contiguous();
   const int64_t batch = q.size(0), heads = q.size(1), dim = q.size(2);
   const int64_t block_size = k_pool.size(1), kv_heads = k_pool.size(2), max_blocks = tables_c.size(1);
   TORCH_CHECK(heads % kv_heads == 0 && k_pool.size(3) == dim, "heads must group onto KV heads");
-  auto out = torch::empty_like(q);
-  pybind11::gil_scoped_release no_gil;  // the engine loop shares the process with HTTP and Celery threads
+  auto out = at::empty_like(q);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, q.scalar_type(), "paged_decode", [&] {
     const scalar_t* qp = q.data_ptr<scalar_t>();
     const scalar_t* kp = k_pool.data_ptr<scalar_t>();

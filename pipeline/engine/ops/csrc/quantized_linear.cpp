@@ -8,7 +8,6 @@
 // gets the same bits alone and in a batch.
 #include "cpu_kernels.h"
 
-#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cstring>
@@ -119,12 +118,11 @@ void dequantize_int4_group(const uint8_t* q, int64_t size, const float* scale, c
 
 // The panel's sums land in `out` directly when all 16 of its columns exist, else in a scratch tile copied after.
 template <typename Panel>
-torch::Tensor panels_linear(const torch::Tensor& x, int64_t n, int64_t panels, Panel&& panel) {
+at::Tensor panels_linear(const at::Tensor& x, int64_t n, int64_t panels, Panel&& panel) {
   const int64_t m = x.size(0);
-  auto out = torch::empty({m, n}, x.options());
+  auto out = at::empty({m, n}, x.options());
   const float* xp = x.data_ptr<float>();
   float* op = out.data_ptr<float>();
-  pybind11::gil_scoped_release no_gil;
   at::parallel_for(0, panels, 1, [&](int64_t begin, int64_t end) {
     alignas(64) float chunk[kChunk * kPanel];
     std::vector<float> scratch;
@@ -140,18 +138,18 @@ torch::Tensor panels_linear(const torch::Tensor& x, int64_t n, int64_t panels, P
   return out;
 }
 
-void check_activations(const torch::Tensor& x, int64_t k) {
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat && x.is_contiguous(), "x must be fp32 (M, K)");
+void check_activations(const at::Tensor& x, int64_t k) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(), "x must be fp32 (M, K)");
   TORCH_CHECK(x.size(1) == k, "x has ", x.size(1), " columns, the weight ", k);
 }
 
 }  // namespace
 
 // x (M, K) fp32; qweight (P, K, 16) int8, column p·16 + c of the weight at [p, :, c]; scales (≥ N) bf16.
-torch::Tensor int8_linear(torch::Tensor x, torch::Tensor qweight, torch::Tensor scales, int64_t n) {
-  TORCH_CHECK(qweight.dim() == 3 && qweight.size(2) == kPanel && qweight.scalar_type() == torch::kChar &&
+at::Tensor int8_linear(at::Tensor x, at::Tensor qweight, at::Tensor scales, int64_t n) {
+  TORCH_CHECK(qweight.dim() == 3 && qweight.size(2) == kPanel && qweight.scalar_type() == at::kChar &&
                   qweight.is_contiguous() && qweight.size(0) * kPanel >= n, "qweight must be int8 (P, K, 16)");
-  TORCH_CHECK(scales.scalar_type() == torch::kBFloat16 && scales.is_contiguous() && scales.numel() >= n,
+  TORCH_CHECK(scales.scalar_type() == at::kBFloat16 && scales.is_contiguous() && scales.numel() >= n,
               "scales must be bf16 (N,)");
   const int64_t k = qweight.size(1), m = x.size(0);
   check_activations(x, k);
@@ -170,16 +168,16 @@ torch::Tensor int8_linear(torch::Tensor x, torch::Tensor qweight, torch::Tensor 
 
 // x (M, K) fp32; qweight (P, K, 8) uint8, byte [p, k, j] = level of column p·16 + j | that of p·16 + j + 8 << 4;
 // scales, zeros (P, K / group_size, 16) bf16.
-torch::Tensor int4_linear(torch::Tensor x, torch::Tensor qweight, torch::Tensor scales, torch::Tensor zeros,
+at::Tensor int4_linear(at::Tensor x, at::Tensor qweight, at::Tensor scales, at::Tensor zeros,
                           int64_t group_size, int64_t n) {
-  TORCH_CHECK(qweight.dim() == 3 && qweight.size(2) == kPanel / 2 && qweight.scalar_type() == torch::kByte &&
+  TORCH_CHECK(qweight.dim() == 3 && qweight.size(2) == kPanel / 2 && qweight.scalar_type() == at::kByte &&
                   qweight.is_contiguous() && qweight.size(0) * kPanel >= n, "qweight must be uint8 (P, K, 8)");
   const int64_t panels = qweight.size(0), k = qweight.size(1), m = x.size(0);
   TORCH_CHECK(group_size > 0 && kChunk % group_size == 0 && k % group_size == 0, "group size must divide 256 and K");
   const int64_t groups = k / group_size;
   for (const auto& t : {scales, zeros})
-    TORCH_CHECK(t.scalar_type() == torch::kBFloat16 && t.is_contiguous() &&
-                    t.sizes() == torch::IntArrayRef({panels, groups, kPanel}), "scales, zeros must be bf16 (P, G, 16)");
+    TORCH_CHECK(t.scalar_type() == at::kBFloat16 && t.is_contiguous() &&
+                    t.sizes() == at::IntArrayRef({panels, groups, kPanel}), "scales, zeros must be bf16 (P, G, 16)");
   check_activations(x, k);
   const uint8_t* q = qweight.data_ptr<uint8_t>();
   const uint16_t* s = reinterpret_cast<const uint16_t*>(scales.data_ptr<at::BFloat16>());

@@ -14,7 +14,6 @@
 std::vector<int64_t> bind_omp_threads(const std::vector<int64_t>& cpus) {
   const int count = static_cast<int>(cpus.size());
   std::vector<int64_t> tids(count, -1);
-  pybind11::gil_scoped_release no_gil;
 #pragma omp parallel num_threads(count)
   {
     const int i = omp_get_thread_num();

@@ -7,7 +7,6 @@
 // (frame, head, block of queries).
 #include "cpu_kernels.h"
 
-#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <atomic>
@@ -253,11 +252,11 @@ bool vision_attention_supported() { return true; }
 
 // q, k, v (N, H, D) bf16, rows of each a multiple of D apart (views of the qkv projection are fine); lengths: the
 // frames packed along N. Returns (N, H, D) bf16.
-torch::Tensor vision_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, std::vector<int64_t> lengths,
+at::Tensor vision_attention(at::Tensor q, at::Tensor k, at::Tensor v, std::vector<int64_t> lengths,
                                double scale) {
   TORCH_CHECK(q.dim() == 3 && k.sizes() == q.sizes() && v.sizes() == q.sizes(), "q, k, v must be (N, H, D) alike");
-  TORCH_CHECK(q.scalar_type() == torch::kBFloat16 && k.scalar_type() == torch::kBFloat16 &&
-                  v.scalar_type() == torch::kBFloat16, "vision_attention takes bf16");
+  TORCH_CHECK(q.scalar_type() == at::kBFloat16 && k.scalar_type() == at::kBFloat16 &&
+                  v.scalar_type() == at::kBFloat16, "vision_attention takes bf16");
   TORCH_CHECK(q.device().is_cpu() && k.device().is_cpu() && v.device().is_cpu(), "vision_attention runs on CPU");
   const int64_t n = q.size(0), heads = q.size(1), dim = q.size(2);
   TORCH_CHECK(dim % 2 == 0, "head dim must be even");
@@ -275,16 +274,15 @@ torch::Tensor vision_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v
   TORCH_CHECK(start == n, "lengths must sum to N");
   const int64_t pairs = dim / 2, dim_v = round_up(dim, 16);
   auto options = q.options();
-  auto keys = torch::empty({packed * heads * pairs * 2}, options);
-  auto values = torch::empty({packed * heads * dim_v}, options);
-  auto out = torch::empty({n, heads, dim}, options);
+  auto keys = at::empty({packed * heads * pairs * 2}, options);
+  auto values = at::empty({packed * heads * dim_v}, options);
+  auto out = at::empty({n, heads, dim}, options);
   Problem pb{reinterpret_cast<const bf16*>(q.data_ptr()), reinterpret_cast<const bf16*>(k.data_ptr()),
              reinterpret_cast<const bf16*>(v.data_ptr()), q.stride(0), q.stride(1), k.stride(0), k.stride(1),
              v.stride(0), v.stride(1), heads, dim, pairs, dim_v, static_cast<float>(scale * kLog2e),
              reinterpret_cast<bf16*>(keys.data_ptr()), reinterpret_cast<bf16*>(values.data_ptr()),
              reinterpret_cast<bf16*>(out.data_ptr())};
   const int64_t frame_heads = static_cast<int64_t>(frames.size()) * heads;
-  pybind11::gil_scoped_release no_gil;  // the engine loop shares the process with HTTP and Celery threads
   at::parallel_for(0, frame_heads, 1, [&](int64_t begin, int64_t end) {
     for (int64_t fh = begin; fh < end; ++fh) {
       const Frame& f = frames[fh / heads];
@@ -309,7 +307,7 @@ torch::Tensor vision_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v
 
 bool vision_attention_supported() { return false; }
 
-torch::Tensor vision_attention(torch::Tensor, torch::Tensor, torch::Tensor, std::vector<int64_t>, double) {
+at::Tensor vision_attention(at::Tensor, at::Tensor, at::Tensor, std::vector<int64_t>, double) {
   TORCH_CHECK(false, "vision_attention needs AVX512-BF16; this build has no such kernel");
 }
 
