@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -26,9 +27,16 @@ from pipeline.documents.layout_page import PageLayout
 from pipeline.documents.overlay import colour_for
 from pipeline.engine.engine import Engine
 from pipeline.engine.model.loader import CheckpointError
+from tests.commands import quire_here
 from workers.celery_app import app
 
 pytestmark = pytest.mark.slow  # each test runs `quire` as a subprocess
+
+
+@pytest.fixture
+def here(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path):
+    """`quire ARGS` in this process (tests/commands.py), its pages in this thread as in `_quire`."""
+    return functools.partial(quire_here, monkeypatch, capsys, cache=tmp_path, QUIRE_PROCESS_WORKERS="0")
 
 
 def _quire(*args: str, cache: Path, **env_vars: str) -> subprocess.CompletedProcess[str]:
@@ -58,8 +66,8 @@ def test_demo_turns_a_sample_pdf_into_markdown_and_overlays_and_says_the_tiny_mo
     assert "Unrecognized keys" not in done.stderr  # writing and loading the model built no transformers config
 
 
-def test_demo_uses_the_model_when_it_is_on_this_machine_and_calls_nothing_noise(tmp_path, tiny_checkpoint):
-    done = _quire("demo", "--max-tokens", "4", cache=tmp_path, QUIRE_MODEL=str(tiny_checkpoint))
+def test_demo_uses_the_model_when_it_is_on_this_machine_and_calls_nothing_noise(tmp_path, here, tiny_checkpoint):
+    done = here("demo", "--max-tokens", "4", cache=tmp_path, QUIRE_MODEL=str(tiny_checkpoint))
     assert done.returncode == 0, done.stderr
     assert f"model {tiny_checkpoint}@" in done.stdout and "RANDOM" not in done.stdout
     assert not (tmp_path / "tiny-checkpoint").exists()
@@ -83,19 +91,19 @@ def _without(tiny_checkpoint: Path, directory: Path, name: str) -> Path:
 
 
 @pytest.mark.parametrize("name", ["config.json", "chat_template.jinja", "tokenizer.json"])
-def test_a_checkpoint_missing_a_file_is_one_message_naming_it_and_exit_2(tmp_path, tiny_checkpoint, name):
+def test_a_checkpoint_missing_a_file_is_one_message_naming_it_and_exit_2(tmp_path, here, tiny_checkpoint, name):
     model = _without(tiny_checkpoint, tmp_path / "model", name)
-    done = _quire("recognize", str(tmp_path / "x.png"), "--model", str(model), cache=tmp_path)
+    done = here("recognize", str(tmp_path / "x.png"), "--model", str(model), cache=tmp_path)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     [message] = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert str(model / name) in message and "quire models pull" in message
 
 
 @pytest.mark.parametrize("model", ["./no-such-dir", "PaddlePaddle/not-downloaded-here"])
-def test_an_unavailable_model_says_how_to_get_one(tmp_path, model):
+def test_an_unavailable_model_says_how_to_get_one(tmp_path, here, model):
     image = tmp_path / "x.png"
     image.write_bytes(b"")
-    done = _quire("recognize", str(image), "--model", model, cache=tmp_path)
+    done = here("recognize", str(image), "--model", model, cache=tmp_path)
     assert done.returncode == 2
     assert "quire demo" in done.stderr and "Traceback" not in done.stderr
 
@@ -106,12 +114,12 @@ CORPUS = Path(__file__).resolve().parent / "fixtures" / "corpus"
 FAST = ("--layout", "pdf", "--dpi", "40", "--text-layer", "off", "--max-tokens", "4")
 
 
-def test_process_writes_markdown_json_and_page_images_with_overlays(tmp_path, tiny_checkpoint):
+def test_process_writes_markdown_json_and_page_images_with_overlays(tmp_path, here, tiny_checkpoint):
     from PIL import Image
 
     out = tmp_path / "out"
-    done = _quire("process", str(CORPUS / "pdflatex-4-pages.pdf"), "-o", str(out), "--model", str(tiny_checkpoint),
-                  *FAST, cache=tmp_path)
+    done = here("process", str(CORPUS / "pdflatex-4-pages.pdf"), "-o", str(out), "--model", str(tiny_checkpoint),
+                *FAST, cache=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "pdflatex-4-pages.pdf: 4 pages, succeeded" in done.stderr
     result = json.loads((out / "pdflatex-4-pages.json").read_text())
@@ -134,7 +142,7 @@ def test_process_writes_markdown_json_and_page_images_with_overlays(tmp_path, ti
     assert overlay.getpixel((int(x0) - 1, int((y0 + y1) / 2))) == colour_for("text")  # just left of the text box
 
 
-def test_process_takes_a_directory_skips_finished_inputs_and_reports_bad_ones(tmp_path, tiny_checkpoint):
+def test_process_takes_a_directory_skips_finished_inputs_and_reports_bad_ones(tmp_path, here, tiny_checkpoint):
     inbox, out = tmp_path / "inbox", tmp_path / "out"
     inbox.mkdir()
     (inbox / "letter.pdf").write_bytes((CORPUS / "minimal-document.pdf").read_bytes())
@@ -143,7 +151,7 @@ def test_process_takes_a_directory_skips_finished_inputs_and_reports_bad_ones(tm
     bad.write_text("<!doctype html><p>an HTML page saved as .pdf</p>")
     args = ("process", str(inbox), str(bad), "-o", str(out), "--model", str(tiny_checkpoint), *FAST)
 
-    first = _quire(*args, cache=tmp_path)
+    first = here(*args, cache=tmp_path)
     assert first.returncode == 1, first.stderr  # one input failed
     assert f"{inbox}: 1 other file left alone: notes.txt" in first.stderr.splitlines()
     assert sorted(p.name for p in out.iterdir()) == ["letter.json", "letter.md", "letter.pages", "report.json"]
@@ -151,12 +159,12 @@ def test_process_takes_a_directory_skips_finished_inputs_and_reports_bad_ones(tm
     assert (failed["status"], failed["error"]["code"]) == ("failed", "unsupported_format")
     jsonschema.validate(failed, load_schema())
 
-    again = _quire(*args, cache=tmp_path)
+    again = here(*args, cache=tmp_path)
     assert again.returncode == 1 and again.stderr.count("skip ") == 1  # the named report.pdf is done again
     assert f"skip {inbox / 'letter.pdf'}" in again.stderr
 
     (out / "letter.pages" / "stale.png").write_bytes(b"")
-    forced = _quire(*args, "--force", cache=tmp_path)
+    forced = here(*args, "--force", cache=tmp_path)
     assert forced.returncode == 1 and "skip " not in forced.stderr
     assert not (out / "letter.pages" / "stale.png").exists()
 
@@ -182,9 +190,9 @@ def test_the_console_holds_a_file_s_line_until_the_files_before_it_are_reported(
     assert lines[1:] == ["[2/3] b.pdf: 2 pages, succeeded (0.5s)", "[3/3] c.pdf: 1 page, succeeded (1.5s)"]
 
 
-def test_process_without_the_weights_skips_the_regions_that_need_them_and_says_how_to_get_them(tmp_path):
-    done = _quire("process", str(CORPUS / "grayscale-image.pdf"), "-o", str(tmp_path / "out"),
-                  "--model", "PaddlePaddle/not-downloaded-here", cache=tmp_path)
+def test_process_without_the_weights_skips_the_regions_that_need_them_and_says_how_to_get_them(tmp_path, here):
+    done = here("process", str(CORPUS / "grayscale-image.pdf"), "-o", str(tmp_path / "out"),
+                "--model", "PaddlePaddle/not-downloaded-here", cache=tmp_path)
     assert done.returncode == 3 and "Traceback" not in done.stderr
     assert "1 page, partial; layout page (no layout weights, no text layer); 1 region skipped (model_unavailable)" \
         in done.stderr  # a scan read without a model has no text: not `succeeded`
@@ -195,9 +203,9 @@ def test_process_without_the_weights_skips_the_regions_that_need_them_and_says_h
     assert f"--model {tmp_path / 'tiny-checkpoint'}" in done.stderr
 
 
-def test_process_without_the_layout_model_says_how_to_get_it_and_names_the_model_free_layouts(tmp_path):
-    done = _quire("process", str(CORPUS / "minimal-document.pdf"), "-o", str(tmp_path / "out"),
-                  "--layout", "pp-doclayout", "--layout-model", str(tmp_path / "no-layout-model"), cache=tmp_path)
+def test_process_without_the_layout_model_says_how_to_get_it_and_names_the_model_free_layouts(tmp_path, here):
+    done = here("process", str(CORPUS / "minimal-document.pdf"), "-o", str(tmp_path / "out"),
+                "--layout", "pp-doclayout", "--layout-model", str(tmp_path / "no-layout-model"), cache=tmp_path)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "--layout pdf" in done.stderr and not (tmp_path / "out").exists()
 
@@ -386,22 +394,22 @@ def test_the_embedded_service_loads_the_layout_model_before_the_engine():
 # --- quire process: what needs no model, what was chosen, which inputs and pages ----------------------------------
 
 
-def test_a_pdf_whose_every_region_has_a_text_layer_is_processed_without_any_model(tmp_path):
+def test_a_pdf_whose_every_region_has_a_text_layer_is_processed_without_any_model(tmp_path, here):
     out = tmp_path / "out"
-    done = _quire("process", str(CORPUS / "pdflatex-4-pages.pdf"), "-o", str(out), "--layout", "pdf",
-                  "--model", "PaddlePaddle/not-downloaded-here", cache=tmp_path)
+    done = here("process", str(CORPUS / "pdflatex-4-pages.pdf"), "-o", str(out), "--layout", "pdf",
+                "--model", "PaddlePaddle/not-downloaded-here", cache=tmp_path)
     assert done.returncode == 0 and "error" not in done.stderr, done.stderr
     result = json.loads((out / "pdflatex-4-pages.json").read_text())
     assert {region["source"] for page in result["pages"] for region in page["regions"]} == {"text-layer"}
     assert result["model_revision"] is None
 
 
-def test_model_none_skips_the_regions_that_need_the_model_says_so_and_exits_3(tmp_path):
+def test_model_none_skips_the_regions_that_need_the_model_says_so_and_exits_3(tmp_path, here):
     from pipeline.documents.sample_pdf import write_sample_pdf
 
     sample, out = write_sample_pdf(tmp_path / "sample.pdf"), tmp_path / "out"
-    done = _quire("process", str(sample), "-o", str(out), "--model", "none", cache=tmp_path,
-                  QUIRE_LAYOUT_MODEL=str(tmp_path / "no-layout-weights"))
+    done = here("process", str(sample), "-o", str(out), "--model", "none", cache=tmp_path,
+                QUIRE_LAYOUT_MODEL=str(tmp_path / "no-layout-weights"))
     assert done.returncode == 3, done.stderr
     assert (f"sample.pdf: 2 pages, partial; layout pdf (no layout weights); 2 regions skipped (model_none) → "
             f"{out / 'sample.md'}, {out / 'sample.json'}, {out / 'sample.pages'}/") in done.stderr
@@ -474,11 +482,11 @@ def test_a_bad_page_range_is_refused_before_any_file_is_opened(env, tmp_path, ca
     assert not (tmp_path / "out").exists()
 
 
-def test_a_broken_model_is_an_error_though_the_text_layers_regions_are_still_written(tmp_path):
+def test_a_broken_model_is_an_error_though_the_text_layers_regions_are_still_written(tmp_path, here):
     broken, out = tmp_path / "broken-model", tmp_path / "out"
     broken.mkdir()
-    done = _quire("process", str(CORPUS / "grayscale-image.pdf"), "-o", str(out), "--model", str(broken),
-                  cache=tmp_path)
+    done = here("process", str(CORPUS / "grayscale-image.pdf"), "-o", str(out), "--model", str(broken),
+                cache=tmp_path)
     assert done.returncode == 2 and "Traceback" not in done.stderr and str(broken) in done.stderr
     [region] = json.loads((out / "grayscale-image.json").read_text())["pages"][0]["regions"]
     assert region["status"] == "skipped" and region["error"]["code"] not in ("model_none", "model_unavailable")

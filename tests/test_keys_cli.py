@@ -6,27 +6,27 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
 
-pytestmark = pytest.mark.slow  # each test runs `quire` as a subprocess
+from tests.commands import Ran, quire_here
 
 
-def quire(cache: Path, *args: str, **env_vars: str) -> subprocess.CompletedProcess[str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("QUIRE_")}
-    env.update(QUIRE_CACHE_DIR=str(cache), HF_HUB_OFFLINE="1", **env_vars)
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=120, check=False)
+@pytest.fixture
+def quire(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Callable[..., Ran]:
+    """`quire ARGS` in this process on the SQLite database under the cache directory given first."""
+    return lambda cache, *args: quire_here(monkeypatch, capsys, *args, cache=cache)
 
 
-def ok(done: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+def ok(done: Ran) -> Ran:
     assert done.returncode == 0, done.stderr
     return done
 
 
-def test_keys_are_created_listed_and_revoked_and_a_secret_is_shown_only_at_creation(tmp_path: Path) -> None:
+def test_keys_are_created_listed_and_revoked_and_a_secret_is_shown_only_at_creation(tmp_path: Path, quire) -> None:
     first = ok(quire(tmp_path, "keys", "create", "--tenant", "acme", "--name", "ci"))
     key = first.stdout.strip()
     assert key.startswith("qk_") and first.stdout == key + "\n"  # stdout is the key alone: KEY=$(quire keys …)
@@ -50,7 +50,7 @@ def test_keys_are_created_listed_and_revoked_and_a_secret_is_shown_only_at_creat
     assert key not in stored and key[16:] not in stored
 
 
-def test_a_tenant_shows_its_webhook_secret_and_takes_a_default_callback_url(tmp_path: Path) -> None:
+def test_a_tenant_shows_its_webhook_secret_and_takes_a_default_callback_url(tmp_path: Path, quire) -> None:
     created = ok(quire(tmp_path, "keys", "create", "--tenant", "globex"))
     secret = created.stderr.rsplit(": ", 1)[1].strip()
     ok(quire(tmp_path, "tenants", "set", "--callback-url", "https://hooks.example.com/quire", "globex"))
@@ -63,7 +63,7 @@ def test_a_tenant_shows_its_webhook_secret_and_takes_a_default_callback_url(tmp_
                                   "default callback URL: https://hooks.example.com/quire", "active keys: 1"]
 
 
-def test_mistakes_are_one_line_errors_with_status_1(tmp_path: Path) -> None:
+def test_mistakes_are_one_line_errors_with_status_1(tmp_path: Path, quire) -> None:
     for args, message in ((("tenants", "show", "nobody"), "error: no tenant 'nobody'"),
                           (("keys", "revoke", "qk_000000000000"), "error: no key with prefix 'qk_000000000000'"),
                           (("keys", "create", "--tenant", "a b"), "error: tenant id 'a b'")):
@@ -72,9 +72,13 @@ def test_mistakes_are_one_line_errors_with_status_1(tmp_path: Path) -> None:
         assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow  # `quire serve` as a subprocess: its logs are configured as it starts
 def test_serve_on_loopback_says_at_start_that_it_runs_without_keys(tmp_path: Path) -> None:
     """A missing model ends `quire serve` right after start; what it said about keys comes before that."""
-    done = quire(tmp_path, "serve", "--port", "1", QUIRE_MODEL=str(tmp_path / "no-model"))
+    env = {key: value for key, value in os.environ.items() if not key.startswith("QUIRE_")}
+    env.update(QUIRE_CACHE_DIR=str(tmp_path), QUIRE_MODEL=str(tmp_path / "no-model"), HF_HUB_OFFLINE="1")
+    done = subprocess.run([sys.executable, "-m", "pipeline.cli", "serve", "--port", "1"], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 2
     assert "no API keys: listening on 127.0.0.1 only; every request acts as tenant `default`" in (
         done.stderr.splitlines())
