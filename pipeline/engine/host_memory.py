@@ -1,5 +1,5 @@
 """Host memory a resident engine keeps: freed memory handed back to the system when the engine goes idle and now
-and then while it is busy, and oneDNN's per-shape caches bounded.
+and then while it is busy, oneDNN's per-shape caches bounded, and glibc's arenas few.
 
 A resident engine allocates and frees tensors of new sizes every step (prefill chunks of any length, batches of any
 size). glibc keeps freed memory in its arenas for reuse and gives it back to the system only from the top of a
@@ -15,6 +15,13 @@ rose until both were full: 600 crops of random sizes through the tiny engine in 
 300th to the 600th while the (row count, weight) pairs it had met went from 499 to 723; with 256 entries a cache the
 same run went from 1,191 to 1,129 MB. Making a primitive again costs about 1 ms, so a smaller cache bounds that
 memory at a cost no step notices.
+
+glibc gives each thread that allocates an arena of its own, up to eight per core, and an arena's pages stay resident
+as long as a live chunk sits on them. A GPU worker runs a dozen threads (Celery's, the engine loop, HTTP clients),
+so it kept that many partly used arenas: in a soak on the tiny checkpoint, five thread arenas held 48-60 MB each
+(/proc/PID/smaps, 64 MB-aligned anonymous mappings), one of them growing from 41 to 59 MB over a quarter of an
+hour, and the one-off steps of 34-49 MB that soaks showed are an arena's size. Two arenas pool the threads' free
+chunks, so what one thread frees another reuses.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ TRIM_INTERVAL_S = 10.0
 ONEDNN_CACHE_ENTRIES = 256  # in each of oneDNN's and ideep's primitive caches: 100-150 MB for both when full
 # oneDNN's primitive cache and ideep's computation cache, each sized from its variable when first used
 ONEDNN_CACHE_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
+MALLOC_ARENAS = 2  # glibc's arenas for the whole process (the main one and one the other threads share)
+M_ARENA_MAX = -8  # mallopt's parameter number for it (malloc.h)
 
 
 class MemoryTrimmer:
@@ -63,11 +72,26 @@ class MemoryTrimmer:
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's malloc_trim from the process's own symbols, or None (musl, macOS)."""
+    """glibc's malloc_trim, or None (musl, macOS)."""
+    return _libc("malloc_trim")
+
+
+def _libc(name: str) -> Callable[..., int] | None:
+    """A C library function from the process's own symbols, or None where this C library has none by that name."""
     try:
-        return ctypes.CDLL(None).malloc_trim
+        return getattr(ctypes.CDLL(None), name)
     except (OSError, AttributeError):
         return None
+
+
+def bound_malloc_arenas(arenas: int = MALLOC_ARENAS) -> None:
+    """Let glibc make at most `arenas` arenas from now on, unless the operator chose with MALLOC_ARENA_MAX.
+
+    A thread takes its arena at its first allocation, so this must run before the threads start: `quire serve` and
+    `quire worker` call it first thing. A one-off `quire process` or a benchmark keeps glibc's default."""
+    mallopt = _libc("mallopt")
+    if mallopt is not None and "MALLOC_ARENA_MAX" not in os.environ:
+        mallopt(M_ARENA_MAX, arenas)
 
 
 def bound_onednn_caches(entries: int = ONEDNN_CACHE_ENTRIES) -> None:

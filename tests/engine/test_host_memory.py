@@ -4,6 +4,7 @@ worker's resident memory follows what it holds rather than the highest its heap 
 from __future__ import annotations
 
 import ctypes
+import os
 import subprocess
 import sys
 import time
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.engine.engine import Engine
-from pipeline.engine.host_memory import MemoryTrimmer
+from pipeline.engine.host_memory import MALLOC_ARENAS, MemoryTrimmer
 from pipeline.engine.request import Request
 from tests.reference import random_image
 
@@ -122,3 +123,48 @@ def test_gemms_over_ever_new_row_counts_keep_a_bounded_cache(tiny_checkpoint):
     assert done.returncode == 0, done.stderr[-3000:]
     first, second = map(float, done.stdout.split())
     assert second - first < 30, f"{second - first:.0f} MB more over {2 * ROWS} new (row count, weight) pairs"
+
+
+# A fresh process, since a thread keeps the arena it took: eight threads allocate at once, optionally after the bound,
+# and glibc's own account (malloc_info's XML, one <heap nr=...> per arena) is printed.
+ARENAS_CHILD = """
+import ctypes, os, sys, tempfile, threading
+from pipeline.engine.host_memory import bound_malloc_arenas
+
+if sys.argv[1] == "bounded":
+    bound_malloc_arenas()
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
+libc.fopen.restype, libc.fclose.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
+libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+together = threading.Barrier(8)
+
+def allocate():
+    together.wait()
+    for _ in range(200):
+        libc.free(libc.malloc(100_000))  # under the mmap threshold: from the thread's arena
+
+threads = [threading.Thread(target=allocate) for _ in range(8)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+path = tempfile.mktemp()
+handle = libc.fopen(path.encode(), b"w")
+libc.malloc_info(0, handle)
+libc.fclose(handle)
+print(open(path).read().count("<heap nr="))
+"""
+
+
+def _arenas(mode: str) -> int:
+    env = {key: value for key, value in os.environ.items() if key != "MALLOC_ARENA_MAX"}
+    done = subprocess.run([sys.executable, "-c", ARENAS_CHILD, mode], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return int(done.stdout)
+
+
+def test_threads_that_allocate_share_a_bounded_number_of_arenas():
+    """Without the bound, eight threads allocating at once take an arena each; with it they share."""
+    assert _arenas("bounded") <= MALLOC_ARENAS < _arenas("default")
