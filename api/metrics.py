@@ -19,9 +19,9 @@ from sqlalchemy import func, select
 
 from pipeline.db.models import DOCUMENT_STATUSES, Document, Page, utcnow
 from pipeline.db.session import session_scope
+from pipeline.engine_metrics import EngineCollector
 from pipeline.jobs.context import Context
 from pipeline.jobs.dispatch import Observable
-from pipeline.metrics import EngineCollector
 
 RATE_WINDOW = timedelta(seconds=60)  # pages/s is the pages finished in the last minute, over a minute
 

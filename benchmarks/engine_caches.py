@@ -24,7 +24,7 @@ import torch
 
 from pipeline.engine.engine import Engine
 from pipeline.engine.request import Request
-from pipeline.samples.images import sample_image
+from pipeline.samples.sample_image import sample_image
 from pipeline.samples.tiny_checkpoint import TinySpec, write_tiny_checkpoint
 
 SPEC = TinySpec(text_hidden=256, text_layers=4, text_heads=4, text_kv_heads=2, text_head_dim=128,

@@ -30,7 +30,7 @@ from pipeline.engine.devices import resolve_dtype
 from pipeline.engine.engine import Engine
 from pipeline.engine.model.quantization import quantized_weight_bytes
 from pipeline.engine.request import Request
-from pipeline.samples.images import sample_image
+from pipeline.samples.sample_image import sample_image
 from pipeline.samples.tiny_checkpoint import TinySpec, write_tiny_checkpoint
 from tests.transformers_reference import load_model, load_processor
 

@@ -11,7 +11,7 @@ import gc
 import torch
 
 from pipeline.engine.engine import Engine
-from pipeline.engine.model.config import ModelConfig
+from pipeline.engine.model.checkpoint_config import ModelConfig
 from pipeline.engine.model.paddleocr_vl import PaddleOCRVL
 
 

@@ -31,11 +31,11 @@ from benchmarks.engine_throughput import engine_round, logit_rel_err, workload
 from benchmarks.engines import random_model, release
 from pipeline.engine.core import EngineConfig
 from pipeline.engine.engine import Engine
-from pipeline.engine.model.config import ModelConfig
+from pipeline.engine.model.checkpoint_config import ModelConfig
 from pipeline.engine.model.quantization import QuantizedLinear, quantized_weight_bytes
 from pipeline.engine.processor import Processor
 from pipeline.engine.request import Request
-from pipeline.samples.images import sample_image
+from pipeline.samples.sample_image import sample_image
 from pipeline.samples.tiny_checkpoint import TinySpec, write_tiny_checkpoint
 from tests.transformers_reference import load_model, load_processor
 

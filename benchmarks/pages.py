@@ -309,7 +309,7 @@ def warm_up(engine: Any) -> None:
     that has run torch's parallel work keeps an OpenMP pool, and another thread's pool then ran 35-55 % slower here.)
     """
     from pipeline.engine.request import Request
-    from pipeline.samples.images import sample_image
+    from pipeline.samples.sample_image import sample_image
 
     engine.submit(Request(images=[sample_image(256, 64)], max_tokens=4, ignore_eos=True)).result()
 
@@ -321,7 +321,7 @@ def real_shape_engine(tiny: Path, config: Any) -> Any:
     from benchmarks.engines import random_model
     from pipeline.engine.devices import resolve_device, resolve_dtype
     from pipeline.engine.engine import Engine
-    from pipeline.engine.model.config import ModelConfig
+    from pipeline.engine.model.checkpoint_config import ModelConfig
     from pipeline.engine.processor import Processor
 
     device = resolve_device(config.device)

@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 import redis
 
-from pipeline.metrics import ENGINE_COUNTERS
+from pipeline.engine_metrics import ENGINE_COUNTERS
 from tests.local_stack import FAST, free_port, scratch_database, wait_for_health, wait_for_workers
 from tests.process_tree import tree_cpu_s
 

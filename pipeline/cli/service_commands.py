@@ -147,7 +147,7 @@ def _serve_engine_metrics(port: int) -> None:
     """The GPU worker's engine counters on http://0.0.0.0:port/metrics (the API cannot see another process's)."""
     from prometheus_client import CollectorRegistry, start_http_server
 
-    from pipeline.metrics import EngineCollector
+    from pipeline.engine_metrics import EngineCollector
     from workers.tasks import context
 
     registry = CollectorRegistry()

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from .model.config import FETCH_AGAIN, read_json
+from .model.checkpoint_config import FETCH_AGAIN, read_json
 from .model.errors import CheckpointError
 
 Grid = tuple[int, int, int]  # (t, h, w) in patches, as model/rope.py takes it

@@ -21,7 +21,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from PIL import Image
 
 from .images import ImageSettings, ModelImage, load_image, model_image, normalization_table
-from .model.config import FETCH_AGAIN, read_json
+from .model.checkpoint_config import FETCH_AGAIN, read_json
 from .model.errors import CheckpointError
 from .model.rope import Grid
 from .prompts import PROMPT_TASKS

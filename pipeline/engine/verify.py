@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from safetensors import SafetensorError, safe_open
 
-from .model.config import ModelConfig
+from .model.checkpoint_config import ModelConfig
 from .model.errors import CheckpointError
 from .model.loader import check_shape, checked_tensor_names
 from .model.paddleocr_vl import PaddleOCRVL

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from pipeline.engine.model.config import ModelConfig, TextConfig, VisionConfig
+from pipeline.engine.model.checkpoint_config import ModelConfig, TextConfig, VisionConfig
 from pipeline.engine.model.loader import checkpoint_targets
 from pipeline.engine.model.paddleocr_vl import PaddleOCRVL
 from pipeline.samples.tiny_versions import write_version_files

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pipeline.engine.model.config import ModelConfig
+from pipeline.engine.model.checkpoint_config import ModelConfig
 
 VERSIONS = ("1.0", "1.0-remote-code", "1.5", "1.6")
 

@@ -10,7 +10,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from pipeline.engine.engine import Engine
 from pipeline.engine.request import Request
-from pipeline.metrics import EngineCollector
+from pipeline.engine_metrics import EngineCollector
 from tests.reference import random_image
 
 

@@ -17,7 +17,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import nn
 
-from .config import FETCH_AGAIN, ModelConfig, read_json
+from .checkpoint_config import FETCH_AGAIN, ModelConfig, read_json
 from .errors import CheckpointError
 from .paddleocr_vl import PaddleOCRVL
 from .quantization import Quantization, QuantizedLinear, install, is_quantized_module

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..ops.vision_attention import SplitAttention
-from .config import ModelConfig, TextConfig, VisionConfig
+from .checkpoint_config import ModelConfig, TextConfig, VisionConfig
 from .rope import Grid, MRope, VisionRope, apply_rope
 from .vision_layout import VisionLayout
 
