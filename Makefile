@@ -20,7 +20,7 @@ test-setup:
 
 test: test-setup $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadgroup
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

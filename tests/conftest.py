@@ -102,15 +102,23 @@ def engine_host(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory)
 
 SLOW_PACKAGES = {"service", "fault", "web", "benchmarks", "workers"}
 """Packages whose tests start the service's processes, workers, a browser or a benchmark's stack."""
+SHARED_PROCESSES = {"service", "fault", "web"}
+"""Packages whose tests share processes started once (session- and package-scoped stacks)."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark the slow packages' tests `slow`, beside the tests marked one by one, so that `pytest -m "not slow"` is
-    the quick part a developer runs between edits."""
+    the quick part a developer runs between edits.
+
+    Group the tests for pytest-xdist (`make test` runs two workers, `--dist loadgroup`): a module's tests stay on one
+    worker, so its module-scoped fixtures are made once, and a package that shares started processes stays whole,
+    so its stacks start once."""
     tests = Path(__file__).parent
     for item in items:
-        if item.path.relative_to(tests).parts[0] in SLOW_PACKAGES:
+        path = item.path.relative_to(tests)
+        if path.parts[0] in SLOW_PACKAGES:
             item.add_marker(pytest.mark.slow)
+        item.add_marker(pytest.mark.xdist_group(path.parts[0] if path.parts[0] in SHARED_PROCESSES else str(path)))
 
 
 @pytest.fixture
