@@ -112,8 +112,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     Group the tests for pytest-xdist (`make test` runs two workers, `--dist loadgroup`): a module's tests stay on one
     worker, so its module-scoped fixtures are made once, and a package that shares started processes stays whole,
-    so its stacks start once."""
+    so its stacks start once. Those packages, the longest groups, go first: the workers start on them at once and
+    the many short modules fill in around them, rather than one worker running the service's tests alone at the end.
+    """
     tests = Path(__file__).parent
+    items.sort(key=lambda item: item.path.relative_to(tests).parts[0] not in SHARED_PROCESSES)
     for item in items:
         path = item.path.relative_to(tests)
         if path.parts[0] in SLOW_PACKAGES:
