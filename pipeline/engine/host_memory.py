@@ -1,5 +1,5 @@
 """Host memory a resident engine keeps: freed memory handed back to the system when the engine goes idle and now
-and then while it is busy, oneDNN's per-shape caches bounded, and glibc's arenas few.
+and then while it is busy, oneDNN's per-shape caches bounded, and glibc's arenas few with large blocks outside them.
 
 A resident engine allocates and frees tensors of new sizes every step (prefill chunks of any length, batches of any
 size). glibc keeps freed memory in its arenas for reuse and gives it back to the system only from the top of a
@@ -36,7 +36,8 @@ ONEDNN_CACHE_ENTRIES = 256  # in each of oneDNN's and ideep's primitive caches: 
 # oneDNN's primitive cache and ideep's computation cache, each sized from its variable when first used
 ONEDNN_CACHE_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
 MALLOC_ARENAS = 2  # glibc's arenas for the whole process (the main one and one the other threads share)
-M_ARENA_MAX = -8  # mallopt's parameter number for it (malloc.h)
+MMAP_THRESHOLD = 128 * 1024  # blocks this large or larger get mappings of their own, unmapped when freed
+M_ARENA_MAX, M_MMAP_THRESHOLD = -8, -3  # mallopt's parameter numbers (malloc.h)
 
 
 class MemoryTrimmer:
@@ -84,14 +85,23 @@ def _libc(name: str) -> Callable[..., int] | None:
         return None
 
 
-def bound_malloc_arenas(arenas: int = MALLOC_ARENAS) -> None:
-    """Let glibc make at most `arenas` arenas from now on, unless the operator chose with MALLOC_ARENA_MAX.
+def configure_malloc(arenas: int = MALLOC_ARENAS, mmap_threshold: int = MMAP_THRESHOLD) -> None:
+    """At most `arenas` glibc arenas from now on, and a fixed mmap threshold, each unless the operator chose it
+    (MALLOC_ARENA_MAX, MALLOC_MMAP_THRESHOLD_).
 
-    A thread takes its arena at its first allocation, so this must run before the threads start: `quire serve` and
-    `quire worker` call it first thing. A one-off `quire process` or a benchmark keeps glibc's default."""
+    glibc raises its mmap threshold to the size of each mapped block freed, up to 32 MB, so after the first large
+    image or tensor is freed, blocks of that size come from the arenas, where a long-lived small block beside them
+    keeps their pages resident. A fixed threshold keeps every large buffer in a mapping of its own, returned to the
+    system when freed. A thread takes its arena at its first allocation, so this must run before the threads start:
+    `quire serve` and `quire worker` call it first thing. A one-off `quire process` or a benchmark keeps glibc's
+    defaults."""
     mallopt = _libc("mallopt")
-    if mallopt is not None and "MALLOC_ARENA_MAX" not in os.environ:
+    if mallopt is None:
+        return
+    if "MALLOC_ARENA_MAX" not in os.environ:
         mallopt(M_ARENA_MAX, arenas)
+    if "MALLOC_MMAP_THRESHOLD_" not in os.environ:
+        mallopt(M_MMAP_THRESHOLD, mmap_threshold)
 
 
 def bound_onednn_caches(entries: int = ONEDNN_CACHE_ENTRIES) -> None:
