@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.engine.engine import Engine
-from pipeline.engine.host_memory import MALLOC_ARENAS, MemoryTrimmer
+from pipeline.engine.host_memory import MemoryTrimmer
 from pipeline.engine.request import Request
 from tests.reference import random_image
 
@@ -125,43 +125,11 @@ def test_gemms_over_ever_new_row_counts_keep_a_bounded_cache(tiny_checkpoint):
     assert second - first < 30, f"{second - first:.0f} MB more over {2 * ROWS} new (row count, weight) pairs"
 
 
-# A fresh process, since a thread keeps the arena it took: eight threads allocate at once, after configure_malloc or
-# not, and glibc's own account (malloc_info's XML, one <heap nr=...> per arena) is printed.
-ARENAS_CHILD = """
-import ctypes, os, sys, tempfile, threading
-from pipeline.engine.host_memory import configure_malloc
-
-if sys.argv[1] == "configured":
-    configure_malloc()
-libc = ctypes.CDLL(None)
-libc.malloc.restype, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
-libc.fopen.restype, libc.fclose.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
-libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
-together = threading.Barrier(8)
-
-def allocate():
-    together.wait()
-    for _ in range(200):
-        libc.free(libc.malloc(100_000))  # under the mmap threshold: from the thread's arena
-
-threads = [threading.Thread(target=allocate) for _ in range(8)]
-for thread in threads:
-    thread.start()
-for thread in threads:
-    thread.join()
-path = tempfile.mktemp()
-handle = libc.fopen(path.encode(), b"w")
-libc.malloc_info(0, handle)
-libc.fclose(handle)
-print(open(path).read().count("<heap nr="))
-"""
-
-
 # A fresh process: a 4 MB block mapped and freed, then a 1 MB one; glibc's count of bytes in mappings (mallinfo2's
 # hblkhd) says where the second came from.
 THRESHOLD_CHILD = """
 import ctypes, sys
-from pipeline.engine.host_memory import configure_malloc
+from pipeline.engine.host_memory import fix_mmap_threshold
 
 class Mallinfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in
@@ -169,7 +137,7 @@ class Mallinfo2(ctypes.Structure):
                  "keepcost")]
 
 if sys.argv[1] == "configured":
-    configure_malloc()
+    fix_mmap_threshold()
 libc = ctypes.CDLL(None)
 libc.malloc.restype, libc.free.argtypes, libc.mallinfo2.restype = ctypes.c_void_p, [ctypes.c_void_p], Mallinfo2
 libc.free(libc.malloc(4 << 20))
@@ -178,19 +146,14 @@ print(libc.mallinfo2().hblkhd >= 1 << 20)
 """
 
 
-def _child(code: str, mode: str) -> str:
+def _second_block_mapped(mode: str) -> bool:
     env = {key: value for key, value in os.environ.items() if not key.startswith("MALLOC_")}
-    done = subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, cwd=ROOT, env=env,
-                          timeout=60)
+    done = subprocess.run([sys.executable, "-c", THRESHOLD_CHILD, mode], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=60)
     assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout.strip()
-
-
-def test_threads_that_allocate_share_a_bounded_number_of_arenas():
-    """By default eight threads allocating at once take an arena each; configured, they share two."""
-    assert int(_child(ARENAS_CHILD, "configured")) <= MALLOC_ARENAS < int(_child(ARENAS_CHILD, "default"))
+    return done.stdout.strip() == "True"
 
 
 def test_a_large_block_gets_a_mapping_of_its_own_even_after_a_larger_one_was_freed():
     """By default freeing the 4 MB block raised glibc's threshold past 1 MB, and the 1 MB block came from the heap."""
-    assert (_child(THRESHOLD_CHILD, "configured"), _child(THRESHOLD_CHILD, "default")) == ("True", "False")
+    assert _second_block_mapped("configured") and not _second_block_mapped("default")
