@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 from pipeline.cli.common import add_quantization_flag, settings_from_flags
 from pipeline.config import get_settings
-from pipeline.engine.host_memory import fix_mmap_threshold
 from pipeline.logs import configure_logging
 
 if TYPE_CHECKING:
@@ -49,7 +48,6 @@ def add_service_parsers(commands: argparse._SubParsersAction) -> None:
 def serve(args: argparse.Namespace) -> int:
     """`quire serve`: the API, with in-process workers and a resident engine unless a broker is configured; either
     way the API and the stages share one Context (pipeline/jobs/context.py `open_context`)."""
-    fix_mmap_threshold()  # before any thread starts: a service runs for weeks
     import uvicorn
 
     from api.app import create_app
@@ -105,7 +103,6 @@ def load_models(workers: EmbeddedWorkers, host: EngineHost) -> None:
 
 def worker(args: argparse.Namespace) -> int:
     """`quire worker`: Celery on the given queues; threads when it serves gpu, so its tasks share one engine."""
-    fix_mmap_threshold()  # before any thread starts: a worker runs for weeks
     for name, value in (("QUIRE_MODEL", args.model), ("QUIRE_QUANTIZATION", args.quantization)):
         if value:  # the tasks read their settings from the environment (workers/tasks.py)
             os.environ[name] = value

@@ -1,5 +1,5 @@
 """Host memory a resident engine keeps: freed memory handed back to the system when the engine goes idle and now
-and then while it is busy, oneDNN's per-shape caches bounded, and large blocks kept out of glibc's arenas.
+and then while it is busy, and oneDNN's per-shape caches bounded.
 
 A resident engine allocates and frees tensors of new sizes every step (prefill chunks of any length, batches of any
 size). glibc keeps freed memory in its arenas for reuse and gives it back to the system only from the top of a
@@ -16,11 +16,9 @@ rose until both were full: 600 crops of random sizes through the tiny engine in 
 same run went from 1,191 to 1,129 MB. Making a primitive again costs about 1 ms, so a smaller cache bounds that
 memory at a cost no step notices.
 
-glibc raises its mmap threshold to the size of each mapped block freed, up to 32 MB, so once a large image or
-tensor has been freed, blocks of that size come from the arenas, where a long-lived small block beside them keeps
-their pages resident. A worker's threads each keep an arena of their own, and capping them at two (MALLOC_ARENA_MAX)
-made it worse, not better: the threads' blocks of different lifetimes then shared pages, and a soak's resident
-memory crept 1.7 MB per 1,000 requests where glibc's default stayed flat.
+Two glibc settings were measured in soaks and left at their defaults: two arenas (MALLOC_ARENA_MAX) made resident
+memory creep 1.7 MB per 1,000 requests where a thread's own arena stays level, and a fixed 128 KiB mmap threshold
+cost the service 17 ms of CPU per region in page faults (benchmarks.service_overhead) without removing the step.
 """
 
 from __future__ import annotations
@@ -34,8 +32,6 @@ TRIM_INTERVAL_S = 10.0
 ONEDNN_CACHE_ENTRIES = 256  # in each of oneDNN's and ideep's primitive caches: 100-150 MB for both when full
 # oneDNN's primitive cache and ideep's computation cache, each sized from its variable when first used
 ONEDNN_CACHE_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
-MMAP_THRESHOLD = 128 * 1024  # blocks this large or larger get mappings of their own, unmapped when freed
-M_MMAP_THRESHOLD = -3  # mallopt's parameter number for it (malloc.h)
 
 
 class MemoryTrimmer:
@@ -71,25 +67,11 @@ class MemoryTrimmer:
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's malloc_trim, or None (musl, macOS)."""
-    return _libc("malloc_trim")
-
-
-def _libc(name: str) -> Callable[..., int] | None:
-    """A C library function from the process's own symbols, or None where this C library has none by that name."""
+    """glibc's malloc_trim from the process's own symbols, or None (musl, macOS)."""
     try:
-        return getattr(ctypes.CDLL(None), name)
+        return ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
         return None
-
-
-def fix_mmap_threshold(threshold: int = MMAP_THRESHOLD) -> None:
-    """Keep glibc's mmap threshold at `threshold`, unless the operator chose one (MALLOC_MMAP_THRESHOLD_): every
-    large buffer then lives in a mapping of its own, returned to the system when freed. `quire serve` and
-    `quire worker` call it first thing; a one-off `quire process` or a benchmark keeps glibc's default."""
-    mallopt = _libc("mallopt")
-    if mallopt is not None and "MALLOC_MMAP_THRESHOLD_" not in os.environ:
-        mallopt(M_MMAP_THRESHOLD, threshold)
 
 
 def bound_onednn_caches(entries: int = ONEDNN_CACHE_ENTRIES) -> None:

@@ -4,7 +4,6 @@ worker's resident memory follows what it holds rather than the highest its heap 
 from __future__ import annotations
 
 import ctypes
-import os
 import subprocess
 import sys
 import time
@@ -123,37 +122,3 @@ def test_gemms_over_ever_new_row_counts_keep_a_bounded_cache(tiny_checkpoint):
     assert done.returncode == 0, done.stderr[-3000:]
     first, second = map(float, done.stdout.split())
     assert second - first < 30, f"{second - first:.0f} MB more over {2 * ROWS} new (row count, weight) pairs"
-
-
-# A fresh process: a 4 MB block mapped and freed, then a 1 MB one; glibc's count of bytes in mappings (mallinfo2's
-# hblkhd) says where the second came from.
-THRESHOLD_CHILD = """
-import ctypes, sys
-from pipeline.engine.host_memory import fix_mmap_threshold
-
-class Mallinfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in
-                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
-                 "keepcost")]
-
-if sys.argv[1] == "configured":
-    fix_mmap_threshold()
-libc = ctypes.CDLL(None)
-libc.malloc.restype, libc.free.argtypes, libc.mallinfo2.restype = ctypes.c_void_p, [ctypes.c_void_p], Mallinfo2
-libc.free(libc.malloc(4 << 20))
-block = libc.malloc(1 << 20)
-print(libc.mallinfo2().hblkhd >= 1 << 20)
-"""
-
-
-def _second_block_mapped(mode: str) -> bool:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("MALLOC_")}
-    done = subprocess.run([sys.executable, "-c", THRESHOLD_CHILD, mode], capture_output=True, text=True, cwd=ROOT,
-                          env=env, timeout=60)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout.strip() == "True"
-
-
-def test_a_large_block_gets_a_mapping_of_its_own_even_after_a_larger_one_was_freed():
-    """By default freeing the 4 MB block raised glibc's threshold past 1 MB, and the 1 MB block came from the heap."""
-    assert _second_block_mapped("configured") and not _second_block_mapped("default")
