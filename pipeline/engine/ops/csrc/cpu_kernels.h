@@ -14,16 +14,16 @@
 #include <vector>
 
 at::Tensor paged_decode(at::Tensor q, at::Tensor k_pool, at::Tensor v_pool, at::Tensor tables,
-                           at::Tensor lengths, double scale);
+                        at::Tensor lengths, double scale);
 
 at::Tensor int8_linear(at::Tensor x, at::Tensor qweight, at::Tensor scales, int64_t n);
 
 at::Tensor int4_linear(at::Tensor x, at::Tensor qweight, at::Tensor scales, at::Tensor zeros,
-                          int64_t group_size, int64_t n);
+                       int64_t group_size, int64_t n);
 
 std::vector<int64_t> bind_omp_threads(const std::vector<int64_t>& cpus);
 
 at::Tensor vision_attention(at::Tensor q, at::Tensor k, at::Tensor v, std::vector<int64_t> lengths,
-                               double scale);
+                            double scale);
 
 bool vision_attention_supported();

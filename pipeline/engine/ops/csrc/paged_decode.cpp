@@ -64,7 +64,7 @@ void decode_sequence(const scalar_t* q, const scalar_t* k_pool, const scalar_t* 
 
 // q (B, H, D); k_pool, v_pool (blocks, block_size, KV, D); tables (B, max_blocks) int64; lengths (B,) int64.
 at::Tensor paged_decode(at::Tensor q, at::Tensor k_pool, at::Tensor v_pool, at::Tensor tables,
-                           at::Tensor lengths, double scale) {
+                        at::Tensor lengths, double scale) {
   TORCH_CHECK(q.dim() == 3 && k_pool.dim() == 4 && v_pool.sizes() == k_pool.sizes(), "bad shapes");
   TORCH_CHECK(q.is_contiguous() && k_pool.is_contiguous() && v_pool.is_contiguous(), "inputs must be contiguous");
   TORCH_CHECK(tables.scalar_type() == at::kLong && lengths.scalar_type() == at::kLong, "int64 tables");

@@ -169,7 +169,7 @@ at::Tensor int8_linear(at::Tensor x, at::Tensor qweight, at::Tensor scales, int6
 // x (M, K) fp32; qweight (P, K, 8) uint8, byte [p, k, j] = level of column p·16 + j | that of p·16 + j + 8 << 4;
 // scales, zeros (P, K / group_size, 16) bf16.
 at::Tensor int4_linear(at::Tensor x, at::Tensor qweight, at::Tensor scales, at::Tensor zeros,
-                          int64_t group_size, int64_t n) {
+                       int64_t group_size, int64_t n) {
   TORCH_CHECK(qweight.dim() == 3 && qweight.size(2) == kPanel / 2 && qweight.scalar_type() == at::kByte &&
                   qweight.is_contiguous() && qweight.size(0) * kPanel >= n, "qweight must be uint8 (P, K, 8)");
   const int64_t panels = qweight.size(0), k = qweight.size(1), m = x.size(0);

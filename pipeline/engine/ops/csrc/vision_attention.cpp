@@ -253,7 +253,7 @@ bool vision_attention_supported() { return true; }
 // q, k, v (N, H, D) bf16, rows of each a multiple of D apart (views of the qkv projection are fine); lengths: the
 // frames packed along N. Returns (N, H, D) bf16.
 at::Tensor vision_attention(at::Tensor q, at::Tensor k, at::Tensor v, std::vector<int64_t> lengths,
-                               double scale) {
+                            double scale) {
   TORCH_CHECK(q.dim() == 3 && k.sizes() == q.sizes() && v.sizes() == q.sizes(), "q, k, v must be (N, H, D) alike");
   TORCH_CHECK(q.scalar_type() == at::kBFloat16 && k.scalar_type() == at::kBFloat16 &&
                   v.scalar_type() == at::kBFloat16, "vision_attention takes bf16");
