@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import secrets
 import signal
 import threading
 from collections import deque
@@ -87,13 +88,14 @@ class WorkerSetup:
     lays_out: bool
     options: ProcessOptions
     image_settings: ImageSettings | None
+    owner: int  # the pool's process, whose id names every shared block the pool's messages use
 
     @classmethod
     def of(cls, layout: LayoutBackend, options: ProcessOptions, image_settings: ImageSettings | None) -> WorkerSetup:
         lays_out = not batches(layout)
         if lays_out and layout.name not in ("pdf", "page", "auto"):
             raise ValueError(f"page workers run the pdf, page and auto layouts by name, not {layout.name!r}")
-        return cls(layout.name, lays_out, options, image_settings)
+        return cls(layout.name, lays_out, options, image_settings, os.getpid())
 
     def worker(self) -> PageWorker:
         if not self.lays_out:
@@ -236,7 +238,7 @@ class _Worker:
         self.ready = threading.Event()  # it said it is ready for tasks
 
     def send(self, task: PageWorkTask) -> None:
-        self._tasks.send(pack(task))
+        self._tasks.send(pack(task, os.getpid()))
 
     def stop(self) -> None:
         try:
@@ -261,7 +263,7 @@ def serve(setup: WorkerSetup, tasks: Connection, results: Connection) -> None:
     results.send(READY)
     try:
         while (message := _next(tasks)) is not None:
-            results.send(pack(worker.run(unpack(message))))
+            results.send(pack(worker.run(unpack(message)), setup.owner))
     finally:
         worker.close()
 
@@ -290,17 +292,24 @@ class _Packed:
     block: str | None
 
 
-def pack(message: Any) -> _Packed:
-    """The message with its pixels moved into one new shared-memory block (crops, or a page image)."""
+def block_prefix(owner: int) -> str:
+    """How the shared blocks of a pool owned by process `owner` are named: one left behind (a process killed
+    between pack and unpack) says whose it was."""
+    return f"quire-{owner}-"
+
+
+def pack(message: Any, owner: int) -> _Packed:
+    """The message with its pixels moved into one new shared-memory block (crops, or a page image) named for the
+    pool's `owner`."""
     if isinstance(message, PageWork) and any(crop.pixels is not None for crop in message.crops):
         pixels = [crop.pixels for crop in message.crops if crop.pixels is not None]
-        block, slots = _share([_array(each) for each in pixels])
+        block, slots = _share([_array(each) for each in pixels], owner)
         slot = iter(replace(slot, grid=each.grid if isinstance(each, ModelImage) else None)
                     for slot, each in zip(slots, pixels, strict=True))
         crops = [crop if crop.pixels is None else replace(crop, pixels=next(slot)) for crop in message.crops]
         return _Packed(replace(message, crops=crops), block)
     if isinstance(message, Rendered | RegionsTask):
-        block, (slot,) = _share([np.asarray(message.page.image)])
+        block, (slot,) = _share([np.asarray(message.page.image)], owner)
         return _Packed(replace(message, page=replace(message.page, image=slot)), block)
     return _Packed(message, None)
 
@@ -325,9 +334,9 @@ def _array(pixels: ModelImage | Image.Image) -> np.ndarray:
     return pixels.patches if isinstance(pixels, ModelImage) else np.asarray(pixels.convert("RGB"))
 
 
-def _share(arrays: list[np.ndarray]) -> tuple[str, list[_Slot]]:
+def _share(arrays: list[np.ndarray], owner: int) -> tuple[str, list[_Slot]]:
     total = sum(array.nbytes for array in arrays)
-    memory = SharedMemory(create=True, size=max(1, total))
+    memory = SharedMemory(block_prefix(owner) + secrets.token_hex(8), create=True, size=max(1, total))
     slots, offset = [], 0
     for array in arrays:
         np.ndarray(array.shape, np.uint8, memory.buf, offset)[...] = array

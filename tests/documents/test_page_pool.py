@@ -19,7 +19,7 @@ from pipeline.config import Settings
 from pipeline.documents.assemble import document_json, document_markdown
 from pipeline.documents.layout import layout_backend
 from pipeline.documents.layout_page import PageLayout
-from pipeline.documents.page_pool import PagePool, default_workers, pack, unpack
+from pipeline.documents.page_pool import PagePool, block_prefix, default_workers, pack, unpack
 from pipeline.documents.page_work import Crop, OpenTask, PageTask, PageWork
 from pipeline.documents.process import PageDraft, ProcessOptions
 from pipeline.documents.results import PageOutput
@@ -122,22 +122,26 @@ def test_pixels_cross_in_shared_memory_that_is_gone_once_read():
     settings = ImageSettings(min_pixels=28 * 28, max_pixels=28 * 28 * 16)
     work = PageWork(3, PageDraft(PageOutput(0, "succeeded")), [Crop(0, "ocr", model_image(crop, settings)),
                                                                  Crop(1, "table", crop), Crop(2, "ocr", None)])
-    before = set(os.listdir("/dev/shm"))
-    packed = pack(work)
+    packed = pack(work, os.getpid())
     assert packed.block is not None and not any(isinstance(c.pixels, np.ndarray | Image.Image)
                                                 for c in packed.message.crops)
+    assert _blocks_of_this_process() == [packed.block]
     back = unpack(packed)
-    assert set(os.listdir("/dev/shm")) == before
+    assert _blocks_of_this_process() == []
     assert np.array_equal(back.crops[0].pixels.patches, work.crops[0].pixels.patches)
     assert back.crops[0].pixels.grid == work.crops[0].pixels.grid
     assert back.crops[1].pixels.tobytes() == crop.tobytes() and back.crops[2].pixels is None
 
 
 def test_a_run_leaves_no_shared_memory_behind(tiny_checkpoint: Path, tmp_path: Path):
-    before = set(os.listdir("/dev/shm"))
     with DocumentProcessor(_settings(tiny_checkpoint, tmp_path), workers=1) as processor:
-        list(processor.process_many([CORPUS / "multicolumn.pdf"]))
-    assert set(os.listdir("/dev/shm")) == before
+        outputs = list(processor.process_many([CORPUS / "multicolumn.pdf"]))
+    assert outputs and _blocks_of_this_process() == []
+
+
+def _blocks_of_this_process() -> list[str]:
+    """Shared blocks named for this process's pools: other processes (a second test worker) have their own."""
+    return [name for name in os.listdir("/dev/shm") if name.startswith(block_prefix(os.getpid()))]
 
 
 def test_workers_load_no_torch(tmp_path: Path):
