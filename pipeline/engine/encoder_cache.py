@@ -2,7 +2,9 @@
 
 The key hashes the preprocessed pixels and the grid, so the same picture at two sizes is two entries.
 The cache is bounded in tokens and evicts least-recently-used entries, skipping those a running request
-has yet to consume; a preempted request re-prefills from here instead of re-running the tower.
+has yet to consume; a preempted request re-prefills from here instead of re-running the tower. An entry is a copy,
+never a view: the tower encodes a step's images in one call, and a view of one image's rows would keep the whole
+call's output alive for as long as that one entry stays, so the token bound would not bound the memory.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ class EncoderCache:
     def put(self, key: str, embeds: torch.Tensor) -> None:
         if key in self.entries or embeds.shape[0] > self.budget_tokens:
             return
-        self.entries[key] = embeds
+        self.entries[key] = embeds.clone()
         self.tokens += embeds.shape[0]
         if self.tokens > self.budget_tokens:
             self._evict()
