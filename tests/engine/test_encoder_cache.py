@@ -10,8 +10,8 @@ HIDDEN = 8
 
 
 def _held_bytes(cache: EncoderCache) -> int:
-    storages = {entry.untyped_storage().data_ptr(): entry.untyped_storage().nbytes() for entry in cache.entries.values()}
-    return sum(storages.values())
+    storages = {entry.untyped_storage() for entry in cache.entries.values()}
+    return sum({storage.data_ptr(): storage.nbytes() for storage in storages}.values())
 
 
 def test_an_entry_cut_from_one_tower_call_holds_only_its_own_rows():
