@@ -7,7 +7,8 @@ Every peer gets the same requests (region crops of mixed sizes, seeded output le
 the same `max_num_seqs`. Engines are loaded once and the rounds interleave (Quire, its quantized variants, vLLM;
 then again), each round with fresh images of the same sizes so no cache carries over; ratios are medians over
 the rounds. On the tiny shape transformers also runs (one request at a time, and in left-padded batches);
-only each request's own tokens count. Warm-up is excluded. The last line is one JSON object.
+only each request's own tokens count. Warm-up is excluded. The last line is one JSON object; its `cpu_model` and
+`cpu_isa` (amx, avx512_bf16, avx512, avx2) say which processor the figures come from.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from pipeline.engine.devices import resolve_dtype
+from pipeline.engine.devices import cpu_description, resolve_dtype
 from pipeline.engine.engine import Engine
 from pipeline.engine.model.quantization import quantized_weight_bytes
 from pipeline.engine.request import Request
@@ -256,7 +257,7 @@ def main(argv: list[str] | None = None) -> None:
             figures |= hf_figures(directory, dtype, args, figures["engine_tok_s"])
     figures = {k: round(v, 4) if isinstance(v, float) else v for k, v in figures.items()}
     figures |= {"shape": args.shape, "dtype": dtype, "requests": args.requests, "threads": args.threads,
-                "max_num_seqs": args.max_num_seqs, "pairs": args.pairs}
+                "max_num_seqs": args.max_num_seqs, "pairs": args.pairs, **cpu_description()}
     print(json.dumps(figures))
 
 

@@ -20,6 +20,8 @@ MAX_NUM_SEQS = {"cuda": 256, "cpu": 32}
 MAX_NUM_BATCHED_TOKENS = {"cuda": 8192, "cpu": 4096}
 EXIT_DEVICE_FAILED = 70  # EX_SOFTWARE: the supervisor restarts the process
 BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+ISA_LEVELS = (("amx", frozenset({"amx_tile", "amx_bf16"})), ("avx512_bf16", frozenset({"avx512_bf16"})),
+              ("avx512", frozenset({"avx512f"})), ("avx2", frozenset({"avx2", "fma"})))
 STICKY_ERRORS = ("CUDA error", "CUBLAS_STATUS", "cuDNN error", "device-side assert")
 
 
@@ -49,11 +51,27 @@ def computes_bf16(flags: str) -> bool:
 
 def cpu_flags() -> str:
     """The first processor's flags from /proc/cpuinfo; empty where there is none (not Linux, or not x86)."""
+    return _cpuinfo_field("flags")
+
+
+def cpu_isa(flags: str) -> str:
+    """The widest matrix arithmetic these flags offer, the first that applies of ISA_LEVELS: what a CPU figure
+    depends on most, since the processor here changes from day to day."""
+    present = set(flags.split())
+    return next((name for name, needed in ISA_LEVELS if needed <= present), "baseline")
+
+
+def cpu_description() -> dict[str, str]:
+    """This machine's processor, for a benchmark's figures to say where they were measured."""
+    return {"cpu_model": _cpuinfo_field("model name").strip() or "unknown", "cpu_isa": cpu_isa(cpu_flags())}
+
+
+def _cpuinfo_field(name: str) -> str:
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         return ""
-    return next((line.partition(":")[2] for line in text.splitlines() if line.startswith("flags")), "")
+    return next((line.partition(":")[2] for line in text.splitlines() if line.split(":")[0].strip() == name), "")
 
 
 def default_for(table: dict[str, int], device: torch.device) -> int:

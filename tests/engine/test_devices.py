@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from pipeline.engine import devices
-from pipeline.engine.devices import computes_bf16, resolve_dtype
+from pipeline.engine.devices import computes_bf16, cpu_isa, resolve_dtype
 
 AVX2 = "fpu sse sse2 avx avx2 fma f16c"
 AVX512 = AVX2 + " avx512f avx512bw avx512vl avx512dq avx512_vnni"
@@ -47,3 +47,16 @@ def test_this_machines_flags_are_read():
     """On Linux x86 the flags line is there; elsewhere it is empty and `auto` stays fp32."""
     flags = devices.cpu_flags()
     assert flags == "" or "sse2" in flags.split()
+
+
+@pytest.mark.parametrize(("flags", "isa"), [
+    (AVX512 + " avx512_bf16 amx_bf16 amx_tile amx_int8", "amx"), (AVX512 + " avx512_bf16", "avx512_bf16"),
+    (AVX512, "avx512"), (AVX2, "avx2"), ("fpu sse sse2", "baseline"), ("", "baseline")])
+def test_a_cpu_is_named_by_its_widest_matrix_arithmetic(flags, isa):
+    assert cpu_isa(flags) == isa
+
+
+def test_this_machines_processor_is_described():
+    description = devices.cpu_description()
+    assert description["cpu_isa"] == cpu_isa(devices.cpu_flags())
+    assert description["cpu_model"]
