@@ -10,7 +10,7 @@ HIDDEN = 8
 
 
 def _held_bytes(cache: EncoderCache) -> int:
-    storages = {entry.untyped_storage() for entry in cache.entries.values()}
+    storages = (entry.untyped_storage() for entry in cache.entries.values())
     return sum({storage.data_ptr(): storage.nbytes() for storage in storages}.values())
 
 
