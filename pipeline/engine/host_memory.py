@@ -14,7 +14,8 @@ JIT-compiled kernel and buffers). Crops of every size keep bringing row counts n
 rose until both were full: 600 crops of random sizes through the tiny engine in one process grew it 95 MB from the
 300th to the 600th while the (row count, weight) pairs it had met went from 499 to 723; with 256 entries a cache the
 same run went from 1,191 to 1,129 MB. Making a primitive again costs about 1 ms, so a smaller cache bounds that
-memory at a cost no step notices.
+memory at a cost no step notices. Since then a PrepackedLinear pads its rows to one of a few dozen counts
+(ops/prepack.padded_rows), so the caches mostly keep what a model meets; the bound stays for what they do not.
 
 Two glibc settings were measured in soaks and left at their defaults: two arenas (MALLOC_ARENA_MAX) made resident
 memory creep 1.7 MB per 1,000 requests where a thread's own arena stays level, and a fixed 128 KiB mmap threshold
