@@ -5,7 +5,8 @@ its caches; then `--documents` one-page PDFs (three paragraphs each, every one d
 request) are uploaded by `--clients` concurrent clients. Every document must succeed. Batches of at most
 `--documents` more follow until the engine has recognised at least `--min-requests` regions since the warm-up
 (regions whose source is `model` in the results). The GPU worker's resident memory (VmRSS of the worker and every
-process under it) is read after the warm-up and after each batch, each reading printed as it is taken. The run
+process under it) is read after the warm-up and after each batch, once the worker has been idle long enough for its
+engine's settled trim (host_memory.SETTLE_S), each reading printed as it is taken. The run
 fails when a document does not succeed, when the growth from the first reading to the last is `--max-growth`
 percent or more, or, once readings past `--steady-from` requests exist, when the steady state is not flat: growth
 from the first reading at or past `--steady-from` requests to the last over `--max-steady-growth` percent, or a
@@ -44,6 +45,7 @@ from benchmarks.workload import (
     upload_all,
     wait_until_final,
 )
+from pipeline.engine.host_memory import SETTLE_S
 from tests.process_tree import tree_rss_kib
 
 PARAGRAPHS = 3  # regions per generated page
@@ -76,6 +78,7 @@ class Readings:
         self.points: list[tuple[int, int]] = []
 
     def take(self, requests: int) -> None:
+        time.sleep(2 * SETTLE_S)  # the engine trims once more when its idleness has settled: read what it keeps
         kib = tree_rss_kib(self.pid)
         self.points.append((requests, kib))
         first = self.points[0][1]

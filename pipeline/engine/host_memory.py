@@ -30,34 +30,47 @@ import time
 from collections.abc import Callable
 
 TRIM_INTERVAL_S = 10.0
+SETTLE_S = 1.0  # idle this long after the last trim, the engine trims once more
 ONEDNN_CACHE_ENTRIES = 256  # in each of oneDNN's and ideep's primitive caches: 100-150 MB for both when full
 # oneDNN's primitive cache and ideep's computation cache, each sized from its variable when first used
 ONEDNN_CACHE_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
 
 
 class MemoryTrimmer:
-    """Calls glibc's malloc_trim when the engine goes idle after work, and while it stays busy at most once per
-    `interval_s`; does nothing on a C library without it. Idle is when a worker has the most to give back (a batch's
-    tensors all freed) and nothing to slow down."""
+    """Calls glibc's malloc_trim when the engine goes idle after work, once more when it has stayed idle for
+    `settle_s`, and while it stays busy at most once per `interval_s`; does nothing on a C library without it.
 
-    def __init__(self, interval_s: float = TRIM_INTERVAL_S, clock: Callable[[], float] = time.monotonic) -> None:
+    Idle is when a worker has the most to give back (a batch's tensors all freed) and nothing to slow down. The
+    settled trim is for what the worker's task threads free after the last step, a page's images and results: glibc
+    keeps up to twice its mmap threshold (which rises to 32 MB) free at a heap's top, and in a soak an idle worker
+    held 36 MB of that in its main heap until the next batch's first trim."""
+
+    def __init__(self, interval_s: float = TRIM_INTERVAL_S, settle_s: float = SETTLE_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.interval_s = interval_s
+        self.settle_s = settle_s
         self.clock = clock
         self.trims = 0
         self._trim = _malloc_trim()
         self._last = clock()
         self._worked = False
+        self._settled = True
 
     def busy(self) -> None:
         """A step is about to run: trim if the interval has passed since the last trim."""
-        self._worked = True
+        self._worked, self._settled = True, False
         if self.clock() - self._last >= self.interval_s:
             self._run()
 
     def idle(self) -> None:
-        """Nothing is left to run: trim if any step ran since the last trim."""
+        """Nothing is left to run: trim if any step ran since the last trim, or if `settle_s` has passed since a
+        trim that followed work."""
         if self._worked:
             self._run()
+            self._settled = False
+        elif not self._settled and self.clock() - self._last >= self.settle_s:
+            self._run()
+            self._settled = True
 
     def _run(self) -> None:
         if self._trim is not None:

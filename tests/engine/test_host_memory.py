@@ -72,22 +72,44 @@ def test_going_idle_trims_once_after_work_and_never_for_nothing():
     assert trimmer.trims == 1
 
 
-def test_the_engine_loop_trims_once_its_work_is_done(tiny_checkpoint):
+def test_an_idle_engine_trims_once_more_when_its_idleness_has_settled():
+    """What the worker's threads free after the last step (a page's images, its results) goes back too."""
+    clock = FakeClock()
+    trimmer = MemoryTrimmer(interval_s=10, settle_s=1, clock=clock)
+    trimmer.busy()
+    for now in (0.0, 0.5, 1.0, 1.5, 5.0):
+        clock.now = now
+        trimmer.idle()
+    assert trimmer.trims == 2  # at 0 and at 1
+
+
+def _trims_once_they_reach(engine: Engine, count: int, timeout_s: float = 10) -> int:
+    deadline = time.monotonic() + timeout_s
+    while engine.trimmer.trims < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return engine.trimmer.trims
+
+
+def test_the_engine_loop_trims_once_its_work_is_done_and_once_more_when_settled(tiny_checkpoint):
     engine = Engine.from_pretrained(tiny_checkpoint)
+    settle_s = engine.trimmer.settle_s
     try:
         out = engine.submit(Request(images=[random_image(120, 80)], max_tokens=4)).result(timeout=120)
-        deadline = time.monotonic() + 10
-        while engine.trimmer.trims == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        done = _trims_once_they_reach(engine, 1)
+        time.sleep(settle_s / 2)
+        before_settling = engine.trimmer.trims
+        settled = _trims_once_they_reach(engine, 2)
+        time.sleep(settle_s * 2)
+        later = engine.trimmer.trims
     finally:
         engine.close()
-    assert out.generated_tokens > 0 and engine.trimmer.trims == 1
+    assert out.generated_tokens > 0 and (done, before_settling, settled, later) == (1, 1, 2, 2)
 
 
 # A fresh process, since oneDNN sizes its caches once, at a process's first primitive: builds the engine as a worker
-# does, then multiplies by two of its packed weights rows of every count from 1 to 2 * ROWS, as prefill chunks of
-# every length would, and prints the resident memory (MB, after a trim) after the first half and after the second.
-# About 4 s of CPU, mostly the child's imports.
+# does, then multiplies by two of its packed weights rows of every count from 1 to 2 * ROWS (through oneDNN's op
+# itself: a PrepackedLinear pads them to a few counts first), and prints the resident memory (MB, after a trim)
+# after the first half and after the second. About 4 s of CPU, mostly the child's imports.
 ROWS = 200
 SHAPES_CHILD = f"""
 import ctypes, sys
@@ -107,7 +129,8 @@ readings = []
 for rows in range(1, 2 * {ROWS} + 1):
     with torch.no_grad():
         for linear in linears:
-            linear(torch.ones(rows, linear.packed.shape[1]))
+            torch.ops.mkldnn._linear_pointwise(torch.ones(rows, linear.packed.shape[1]), linear.packed,
+                                               linear.bias, "none", [None], "")
     if rows % {ROWS} == 0:
         readings.append(rss_mb())
 print(*readings)
