@@ -6,7 +6,8 @@ request) are uploaded by `--clients` concurrent clients. Every document must suc
 `--documents` more follow until the engine has recognised at least `--min-requests` regions since the warm-up
 (regions whose source is `model` in the results). The GPU worker's resident memory (VmRSS of the worker and every
 process under it) is read after the warm-up and after each batch, once the worker has been idle long enough for its
-engine's settled trim (host_memory.SETTLE_S), each reading printed as it is taken. The run
+engine's settled trim (host_memory.SETTLE_S), each reading printed as it is taken with the worker's mappings whose
+resident memory moved 4 MiB or more since the last one (the main heap, a thread arena's heap, a library). The run
 fails when a document does not succeed, when the growth from the first reading to the last is `--max-growth`
 percent or more, or, once readings past `--steady-from` requests exist, when the steady state is not flat: growth
 from the first reading at or past `--steady-from` requests to the last over `--max-steady-growth` percent, or a
@@ -46,9 +47,10 @@ from benchmarks.workload import (
     wait_until_final,
 )
 from pipeline.engine.host_memory import SETTLE_S
-from tests.process_tree import tree_rss_kib
+from tests.process_tree import mapping_rss_kib, tree_rss_kib
 
 PARAGRAPHS = 3  # regions per generated page
+MOVED_KIB = 4096  # a mapping whose resident memory moved this much between readings is named beside the reading
 SOAK_REQUESTS = 20_000
 
 
@@ -76,14 +78,24 @@ class Readings:
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self.points: list[tuple[int, int]] = []
+        self.mappings: dict[str, int] = {}
 
     def take(self, requests: int) -> None:
         time.sleep(2 * SETTLE_S)  # the engine trims once more when its idleness has settled: read what it keeps
-        kib = tree_rss_kib(self.pid)
+        kib, mappings = tree_rss_kib(self.pid), mapping_rss_kib(self.pid)
         self.points.append((requests, kib))
         first = self.points[0][1]
-        print(f"{requests:>7} engine requests: GPU worker RSS {kib} KiB ({100 * (kib - first) / first:+.2f}%)",
-              flush=True)
+        moved = moved_mappings(self.mappings, mappings) if self.mappings else ""
+        self.mappings = mappings
+        print(f"{requests:>7} engine requests: GPU worker RSS {kib} KiB ({100 * (kib - first) / first:+.2f}%)"
+              f"{'; moved: ' + moved if moved else ''}", flush=True)
+
+
+def moved_mappings(before: dict[str, int], after: dict[str, int]) -> str:
+    """The mappings whose resident memory moved MOVED_KIB or more, largest first: '7f3ca0000000 [anon] +29 MiB'."""
+    moves = {name: after.get(name, 0) - before.get(name, 0) for name in before.keys() | after.keys()}
+    return ", ".join(f"{name} {kib / 1024:+.0f} MiB" for name, kib in sorted(moves.items(), key=lambda m: -abs(m[1]))
+                     if abs(kib) >= MOVED_KIB)
 
 
 def steady_state(points: list[tuple[int, int]], since: int) -> dict[str, float | int | None]:

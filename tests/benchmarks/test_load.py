@@ -4,8 +4,10 @@ whether a GPU worker can run for weeks; a worker that levels off passes, one tha
 from __future__ import annotations
 
 import argparse
+import os
 
-from benchmarks.load import steady_state, verdicts
+from benchmarks.load import moved_mappings, steady_state, verdicts
+from tests.process_tree import mapping_rss_kib, tree_rss_kib
 
 LIMITS = argparse.Namespace(max_growth=10.0, max_steady_growth=2.0, max_slope=200.0)
 
@@ -49,3 +51,15 @@ def test_the_climb_issue_29_measured_fails_on_every_count():
 def test_a_failed_document_fails_the_run_whatever_the_memory():
     assert verdicts(_figures([(0, 1000), (2000, 1000), (4000, 1000)], failed=1), LIMITS) == [
         "1 documents did not succeed"]
+
+
+def test_a_reading_names_the_mappings_that_moved_four_mib_or_more():
+    before = {"5566a5d27000 [heap]": 150_000, "7f3ca0000000 [anon]": 40_000, "7f1f01a00000 libtorch_cpu.so": 128_000}
+    after = {"5566a5d27000 [heap]": 152_000, "7f3cb8000000 [anon]": 30_000, "7f1f01a00000 libtorch_cpu.so": 128_000}
+    assert moved_mappings(before, after) == "7f3ca0000000 [anon] -39 MiB, 7f3cb8000000 [anon] +29 MiB"
+
+
+def test_a_processes_mappings_add_up_to_its_resident_memory():
+    mappings = mapping_rss_kib(os.getpid())
+    assert any(name.endswith(" [heap]") for name in mappings)
+    assert abs(sum(mappings.values()) - tree_rss_kib(os.getpid())) < 0.05 * tree_rss_kib(os.getpid())
