@@ -11,31 +11,21 @@ from .extension import enabled
 Linears = tuple[type[nn.Module], ...]
 
 
-ROW_TILE = 256  # rows per GEMM call at most
-
-
-def gemm_rows(rows: int) -> list[int]:
-    """The row counts of the GEMM calls a prepacked linear makes for `rows` rows: tiles of ROW_TILE, and the rest
-    padded to a power of two up to 16 rows, to a multiple of 16 above.
+def padded_rows(rows: int) -> int:
+    """The row count a prepacked GEMM runs at: a power of two up to 16, a multiple of 16 up to 256, of 64 above.
 
     oneDNN makes and caches a primitive for each row count a weight shape meets. Crops of every size and prefill
     chunks of every length bring ever new ones, and making one costs 0.3-2 ms, several times a small GEMM, while
-    the two caches churn their 0.4-0.6 MB entries, which moved a soaked worker's memory in steps of 10-40 MB. So
-    every input meets one of 20 row counts per weight shape, few enough for the caches to keep all of a model's (at
-    most 15 padded rows, where a small batch costs the weight's bandwidth more than its rows). Random row counts
-    through the tiny checkpoint's GEMM shapes ran 1.5x as fast and held 45 MB less; whole engine rounds, where other
-    work weighs more, ran as fast as before."""
-    tiles, rest = divmod(rows, ROW_TILE)
-    return [ROW_TILE] * tiles + ([padded_rows(rest)] if rest else [])
-
-
-def padded_rows(rows: int) -> int:
-    """What a GEMM call of at most ROW_TILE rows is padded to."""
+    the two caches churn their 0.4-0.6 MB entries. Padded to these (at most 15 rows up to 256, where a small batch
+    costs the weight's bandwidth more than its rows, and 63 above), every count up to a 4,096-token chunk shares 81
+    primitives per weight shape. Random row counts through the tiny checkpoint's GEMM shapes ran 1.5x as fast and
+    held 45 MB less; whole engine rounds, where other work weighs more, ran as fast as before."""
     if rows <= 1:
         return rows
     if rows <= 16:
         return 1 << (rows - 1).bit_length()
-    return -(-rows // 16) * 16
+    step = 16 if rows <= 256 else 64
+    return -(-rows // step) * step
 
 
 def packable_dtypes() -> frozenset[torch.dtype]:
@@ -64,15 +54,11 @@ class PrepackedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1])
-        tiles = rows.split(ROW_TILE)
-        out = self._gemm(tiles[0]) if len(tiles) == 1 else torch.cat([self._gemm(tile) for tile in tiles])
-        return out.view(*x.shape[:-1], out.shape[-1])
-
-    def _gemm(self, rows: torch.Tensor) -> torch.Tensor:
         count, padded = rows.shape[0], padded_rows(rows.shape[0])
         if padded > count:
             rows = F.pad(rows, (0, 0, 0, padded - count))
-        return torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, "none", [None], "")[:count]
+        out = torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, "none", [None], "")[:count]
+        return out.view(*x.shape[:-1], out.shape[-1])
 
 
 def prepack_linears(model: nn.Module, batch_size: int, linears: Linears = (nn.Linear,)) -> int:

@@ -30,14 +30,14 @@ def test_leading_dimensions_stay_the_inputs():
     torch.testing.assert_close(model(x), expected, atol=1e-5, rtol=1e-5)
 
 
-def test_every_row_count_runs_as_gemms_of_twenty_row_counts_at_most_fifteen_rows_over():
+def test_row_counts_are_padded_to_a_few_dozen_that_cover_each_closely():
     """A oneDNN primitive is made for each row count a GEMM meets: every count up to a 4,096-token prefill chunk
-    shares 20 of them, tiles of 256 rows and the rest padded."""
-    calls = {rows: prepack.gemm_rows(rows) for rows in range(4097)}
-    assert [calls[rows] for rows in (0, 1, 3, 16, 17, 256, 257, 600)] == [
-        [], [1], [4], [16], [32], [256], [256, 1], [256, 256, 96]]
-    assert all(rows <= sum(sizes) < rows + 16 for rows, sizes in calls.items())
-    assert len({size for sizes in calls.values() for size in sizes}) == 20
+    shares 81 of them, none more than 63 rows (and above 64 rows, at most a quarter) larger."""
+    padded = [prepack.padded_rows(rows) for rows in range(4097)]
+    assert padded[:18] == [0, 1, 2, 4, 4, 8, 8, 8, 8] + [16] * 8 + [32]
+    assert (padded[256], padded[257], padded[4096]) == (256, 320, 4096)
+    assert all(rows <= size < rows + 64 and (rows <= 64 or size <= 1.25 * rows) for rows, size in enumerate(padded))
+    assert len(set(padded)) == 81
 
 
 def test_a_prepacked_weight_is_the_packed_tensor_alone():
