@@ -26,7 +26,7 @@ def descendants(pid: int) -> list[int]:
 
 def tree_rss_kib(pid: int) -> int:
     """VmRSS of a process and all its descendants, in KiB (a process that vanished meanwhile counts 0)."""
-    return sum(_vm_rss_kib(each) for each in descendants(pid))
+    return sum(vm_rss_kib(each) for each in descendants(pid))
 
 
 def mapping_rss_kib(pid: int) -> dict[str, int]:
@@ -64,7 +64,8 @@ def _stat_fields(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
 
-def _vm_rss_kib(pid: int) -> int:
+def vm_rss_kib(pid: int) -> int:
+    """VmRSS of one process, in KiB; 0 once it is gone."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:

@@ -67,7 +67,6 @@ class MemoryTrimmer:
         trim that followed work."""
         if self._worked:
             self._run()
-            self._settled = False
         elif not self._settled and self.clock() - self._last >= self.settle_s:
             self._run()
             self._settled = True

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 
 from benchmarks.load import moved_mappings, steady_state, verdicts
-from tests.process_tree import mapping_rss_kib
+from tests.process_tree import mapping_rss_kib, vm_rss_kib
 
 LIMITS = argparse.Namespace(max_growth=10.0, max_steady_growth=2.0, max_slope=200.0)
 
@@ -62,8 +61,6 @@ def test_a_reading_names_the_mappings_that_moved_four_mib_or_more():
 
 def test_a_processes_mappings_add_up_to_its_resident_memory():
     """Its own, without the processes under it (a test worker runs whole service stacks there)."""
-    mappings = mapping_rss_kib(os.getpid())
-    status = Path("/proc/self/status").read_text().splitlines()
-    own = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+    mappings, own = mapping_rss_kib(os.getpid()), vm_rss_kib(os.getpid())
     assert any(name.endswith(" [heap]") for name in mappings)
     assert abs(sum(mappings.values()) - own) < 0.05 * own

@@ -4,6 +4,7 @@ worker's resident memory follows what it holds rather than the highest its heap 
 from __future__ import annotations
 
 import ctypes
+import os
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ import pytest
 from pipeline.engine.engine import Engine
 from pipeline.engine.host_memory import MemoryTrimmer
 from pipeline.engine.request import Request
+from tests.process_tree import vm_rss_kib
 from tests.reference import random_image
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,8 +23,7 @@ CHUNK, CHUNKS = 4000, 20_000  # 80 MB in chunks under glibc's mmap threshold: th
 
 
 def _rss_kib() -> int:
-    status = Path("/proc/self/status").read_text()
-    return next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:"))
+    return vm_rss_kib(os.getpid())
 
 
 class FakeClock:
