@@ -17,9 +17,20 @@ same run went from 1,191 to 1,129 MB. Making a primitive again costs about 1 ms,
 memory at a cost no step notices. Since then a PrepackedLinear pads its rows to one of a few dozen counts
 (ops/prepack.padded_rows), so the caches mostly keep what a model meets; the bound stays for what they do not.
 
-Two glibc settings were measured in soaks and left at their defaults: two arenas (MALLOC_ARENA_MAX) made resident
-memory creep 1.7 MB per 1,000 requests where a thread's own arena stays level, and a fixed 128 KiB mmap threshold
-cost the service 17 ms of CPU per region in page faults (benchmarks.service_overhead) without removing the step.
+glibc's malloc_trim leaves one thing where it is: the free top of a thread's own arena (it madvises free chunks in
+every arena's bins, but shrinks only the main heap's top). glibc gives a thread arena's top back only when a free
+of 64 KiB or more finds it above the trim threshold, and that threshold rises with its dynamic mmap threshold to
+64 MB. The engine's loop thread has its own arena, where every step's tensors come and go, so a soak's idle worker
+held 28-38 MiB there across readings and gave them back thousands of requests later (a thread that frees 20 MiB at
+its heap's top keeps all 20 after malloc_trim). So both thresholds are fixed (mallopt; the mmap threshold at the
+dynamic one's ceiling, 32 MiB, the trim threshold at twice that, as the dynamic ones end up), and an idle engine
+drops the trim threshold to zero and frees a block of its own: glibc then trims the loop thread's heap and, until
+work resumes, every other thread's as its large blocks are freed. Work gets the high threshold back, so a step
+reuses the heap top the last one left instead of faulting it in again.
+
+Two other glibc settings were measured in soaks and left alone: two arenas (MALLOC_ARENA_MAX) made resident memory
+creep 1.7 MB per 1,000 requests where a thread's own arena stays level, and a fixed 128 KiB mmap threshold cost the
+service 17 ms of CPU per region in page faults (benchmarks.service_overhead) without removing the step.
 """
 
 from __future__ import annotations
@@ -34,16 +45,21 @@ SETTLE_S = 1.0  # idle this long after the last trim, the engine trims once more
 ONEDNN_CACHE_ENTRIES = 256  # in each of oneDNN's and ideep's primitive caches: 100-150 MB for both when full
 # oneDNN's primitive cache and ideep's computation cache, each sized from its variable when first used
 ONEDNN_CACHE_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
+MMAP_THRESHOLD = 32 << 20  # blocks this large are mmapped: the ceiling glibc's dynamic threshold rises to
+WORK_TRIM_THRESHOLD = 2 * MMAP_THRESHOLD  # free heap top a thread keeps while the engine works, as dynamic glibc does
+TRIM_BLOCK = 128 << 10  # freeing a block of at least 64 KiB makes glibc check its arena's top against the threshold
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
 
 
 class MemoryTrimmer:
-    """Calls glibc's malloc_trim when the engine goes idle after work, once more when it has stayed idle for
-    `settle_s`, and while it stays busy at most once per `interval_s`; does nothing on a C library without it.
+    """Hands freed memory back when the engine goes idle after work, once more when it has stayed idle for
+    `settle_s`, and while it stays busy at most once per `interval_s`; does nothing on a C library other than glibc.
 
-    Idle is when a worker has the most to give back (a batch's tensors all freed) and nothing to slow down. The
-    settled trim is for what the worker's task threads free after the last step, a page's images and results: glibc
-    keeps up to twice its mmap threshold (which rises to 32 MB) free at a heap's top, and in a soak an idle worker
-    held 36 MB of that in its main heap until the next batch's first trim."""
+    Idle is when a worker has the most to give back (a batch's tensors all freed) and nothing to slow down. Going
+    idle trims every arena's free chunks and the main heap's top (malloc_trim) and the calling thread's heap top
+    (the module's docstring), and leaves glibc's trim threshold at zero until work resumes. The settled trim is for
+    what the worker's task threads free after the last step, a page's images and results: in a soak an idle worker
+    held 36 MB of free main-heap top until the next batch's first trim."""
 
     def __init__(self, interval_s: float = TRIM_INTERVAL_S, settle_s: float = SETTLE_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -51,40 +67,72 @@ class MemoryTrimmer:
         self.settle_s = settle_s
         self.clock = clock
         self.trims = 0
-        self._trim = _malloc_trim()
+        self._glibc = _Glibc.load()
         self._last = clock()
         self._worked = False
         self._settled = True
+        self._lean = False
 
     def busy(self) -> None:
-        """A step is about to run: trim if the interval has passed since the last trim."""
+        """A step is about to run: give glibc back its working trim threshold, and trim if the interval has passed
+        since the last trim."""
         self._worked, self._settled = True, False
+        if self._lean and self._glibc is not None:
+            self._glibc.set_trim_threshold(WORK_TRIM_THRESHOLD)
+        self._lean = False
         if self.clock() - self._last >= self.interval_s:
             self._run()
 
     def idle(self) -> None:
-        """Nothing is left to run: trim if any step ran since the last trim, or if `settle_s` has passed since a
-        trim that followed work."""
+        """Nothing is left to run: trim down to the bone if any step ran since the last trim, or if `settle_s` has
+        passed since a trim that followed work."""
         if self._worked:
-            self._run()
+            self._run(lean=True)
         elif not self._settled and self.clock() - self._last >= self.settle_s:
-            self._run()
+            self._run(lean=True)
             self._settled = True
 
-    def _run(self) -> None:
-        if self._trim is not None:
-            self._trim(0)
+    def _run(self, lean: bool = False) -> None:
+        if self._glibc is not None:
+            if lean:
+                self._glibc.set_trim_threshold(0)
+                self._glibc.free_a_block()
+                self._lean = True
+            self._glibc.trim()
             self.trims += 1
         self._last = self.clock()
         self._worked = False
 
 
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's malloc_trim from the process's own symbols, or None (musl, macOS)."""
-    try:
-        return ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return None
+class _Glibc:
+    """The few glibc allocator calls a trimmer makes, from the process's own symbols."""
+
+    def __init__(self, libc: ctypes.CDLL) -> None:
+        self._libc = libc
+        libc.malloc.restype = ctypes.c_void_p
+        libc.malloc.argtypes = [ctypes.c_size_t]
+        libc.free.argtypes = [ctypes.c_void_p]
+        libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+        self.set_trim_threshold(WORK_TRIM_THRESHOLD)
+
+    @classmethod
+    def load(cls) -> _Glibc | None:
+        """glibc's allocator with its thresholds fixed, or None (musl, macOS)."""
+        try:
+            libc = ctypes.CDLL(None)
+        except OSError:
+            return None
+        return cls(libc) if hasattr(libc, "malloc_trim") and hasattr(libc, "mallopt") else None
+
+    def set_trim_threshold(self, size: int) -> None:
+        self._libc.mallopt(M_TRIM_THRESHOLD, size)
+
+    def free_a_block(self) -> None:
+        """Make glibc trim the calling thread's arena, which malloc_trim leaves alone."""
+        self._libc.free(self._libc.malloc(TRIM_BLOCK))
+
+    def trim(self) -> None:
+        self._libc.malloc_trim(0)
 
 
 def bound_onednn_caches(entries: int = ONEDNN_CACHE_ENTRIES) -> None:

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,8 @@ from tests.reference import random_image
 
 ROOT = Path(__file__).resolve().parents[2]
 CHUNK, CHUNKS = 4000, 20_000  # 80 MB in chunks under glibc's mmap threshold: they come from the heap
+MIB = 1 << 20
+TOP = 20 * MIB  # a step's tensors, freed at the top of the heap they came from
 
 
 def _rss_kib() -> int:
@@ -82,6 +85,50 @@ def test_an_idle_engine_trims_once_more_when_its_idleness_has_settled():
         clock.now = now
         trimmer.idle()
     assert trimmer.trims == 2  # at 0 and at 1
+
+
+def _touch_and_free(size: int) -> None:
+    """A block of `size` bytes written (so resident) and freed, as a step's tensor is."""
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    block = libc.malloc(size)
+    ctypes.memset(block, 1, size)
+    libc.free(block)
+
+
+def _in(thread: ThreadPoolExecutor, call, *args) -> None:
+    thread.submit(call, *args).result()
+
+
+def test_an_idle_engine_hands_back_the_free_top_of_its_loop_threads_heap():
+    """malloc_trim shrinks only the main heap's top: the loop thread's own arena kept what its last step freed there
+    (in a soak, 28-38 MiB across idle readings)."""
+    trimmer = MemoryTrimmer(clock=FakeClock())
+    with ThreadPoolExecutor(1, thread_name_prefix="loop") as loop:
+        _in(loop, _touch_and_free, TOP + 4 * MIB)  # mmapped under glibc's dynamic thresholds: raises them above TOP
+        _in(loop, _touch_and_free, TOP)
+        held = _rss_kib()
+        _in(loop, trimmer.busy)
+        _in(loop, trimmer.idle)
+        assert trimmer.trims == 1
+        assert _rss_kib() < held - 15 * 1024, f"{held} KiB before the trim"
+
+
+def test_while_the_engine_works_a_freed_heap_top_stays_for_the_next_step_and_once_idle_it_goes_back_as_it_is_freed():
+    trimmer = MemoryTrimmer(clock=FakeClock())
+    with ThreadPoolExecutor(1, thread_name_prefix="loop") as loop, ThreadPoolExecutor(1) as task:
+        _in(task, _touch_and_free, TOP + 4 * MIB)
+        _in(loop, trimmer.busy)
+        before = _rss_kib()
+        _in(task, _touch_and_free, TOP)
+        working = _rss_kib()
+        _in(loop, trimmer.idle)
+        _in(task, _touch_and_free, TOP)
+        idle = _rss_kib()
+    assert working > before - 1024, f"{before} KiB before the block, {working} after it was freed"
+    assert idle < working - 15 * 1024, f"{working} KiB while working, {idle} once idle"
 
 
 def _trims_once_they_reach(engine: Engine, count: int, timeout_s: float = 10) -> int:
