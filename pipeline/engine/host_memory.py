@@ -74,15 +74,13 @@ class MemoryTrimmer:
         self._last = clock()
         self._worked = False
         self._settled = True
-        self._lean = False
 
     def busy(self) -> None:
         """A step is about to run: give glibc back its working trim threshold, and trim if the interval has passed
         since the last trim."""
-        self._worked, self._settled = True, False
-        if self._lean and self._glibc is not None:
+        if self._settled and self._glibc is not None:  # a settled trim left the threshold at zero
             self._glibc.set_trim_threshold(WORK_TRIM_THRESHOLD)
-        self._lean = False
+        self._worked, self._settled = True, False
         if self.clock() - self._last >= self.interval_s:
             self._run()
 
@@ -100,7 +98,6 @@ class MemoryTrimmer:
             if lean:
                 self._glibc.set_trim_threshold(0)
                 self._glibc.free_a_block()
-                self._lean = True
             self._glibc.trim()
             self.trims += 1
         self._last = self.clock()

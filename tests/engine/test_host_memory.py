@@ -25,6 +25,15 @@ MIB = 1 << 20
 TOP = 20 * MIB  # a step's tensors, freed at the top of the heap they came from
 
 
+def _libc() -> ctypes.CDLL:
+    """glibc's malloc and free, typed for whole pointers."""
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    return libc
+
+
 def _rss_kib() -> int:
     return vm_rss_kib(os.getpid())
 
@@ -38,21 +47,20 @@ class FakeClock:
 
 
 def test_memory_freed_below_a_live_block_goes_back_once_the_interval_has_passed():
-    libc = ctypes.CDLL(None)
-    libc.malloc.restype = ctypes.c_void_p
+    libc = _libc()
     clock = FakeClock()
     trimmer = MemoryTrimmer(interval_s=10, clock=clock)
     chunks = [libc.malloc(CHUNK) for _ in range(CHUNKS)]
     for chunk in chunks:
         ctypes.memset(chunk, 1, CHUNK)
     for chunk in chunks[:-1]:  # the last one keeps the heap's top where it is, so free() cannot give any back
-        libc.free(ctypes.c_void_p(chunk))
+        libc.free(chunk)
     held = _rss_kib()
     trimmer.busy()
     assert trimmer.trims == 0 and _rss_kib() > held - 10_000
     clock.now = 10.0
     trimmer.busy()
-    libc.free(ctypes.c_void_p(chunks[-1]))
+    libc.free(chunks[-1])
     assert trimmer.trims == 1
     assert _rss_kib() < held - 60_000, f"{held} KiB before the trim"
 
@@ -89,10 +97,7 @@ def test_an_idle_engine_trims_once_more_when_its_idleness_has_settled():
 
 def _touch_and_free(size: int) -> None:
     """A block of `size` bytes written (so resident) and freed, as a step's tensor is."""
-    libc = ctypes.CDLL(None)
-    libc.malloc.restype = ctypes.c_void_p
-    libc.malloc.argtypes = [ctypes.c_size_t]
-    libc.free.argtypes = [ctypes.c_void_p]
+    libc = _libc()
     block = libc.malloc(size)
     ctypes.memset(block, 1, size)
     libc.free(block)
