@@ -27,7 +27,7 @@ from .model.loader import load_model, resolve_checkpoint
 from .model.paddleocr_vl import LINEARS, PaddleOCRVL
 from .model.rope import get_rope_index
 from .ops.cpu_threads import allowed_cores, configure_cpu_threads, serial_torch
-from .ops.prepack import prepack_linears
+from .ops.prepack import prepack_linears, warm_primitives
 from .phase_clock import PhaseClock
 from .processor import Processor, Prompt
 from .request import Delta, EngineError, Output, Request
@@ -203,10 +203,13 @@ class EngineCore:
 
     def _bind_cpu_threads(self) -> None:
         """On a CPU, size and bind the OpenMP pool of each thread that runs steps, once (OpenMP keeps one per thread):
-        as many threads as torch is set to, at most one per core this process may use, each on its own core."""
+        as many threads as torch is set to, at most one per core this process may use, each on its own core. Then
+        make the GEMM primitives of every row count the steps can bring (warm_primitives), at that thread count, so
+        a worker's memory does not rise by one each time a request first brings a count."""
         caller = threading.get_ident()
         if self.model.device.type == "cpu" and caller not in self._bound_threads:
             configure_cpu_threads(min(torch.get_num_threads(), len(allowed_cores())))
+            warm_primitives(self.model, {self.model.lm_head: self.config.max_num_seqs})
             self._bound_threads.add(caller)
 
     def stats(self) -> dict[str, int]:

@@ -45,7 +45,7 @@ from collections.abc import Callable
 
 TRIM_INTERVAL_S = 10.0
 SETTLE_S = 1.0  # idle this long after the last trim, the engine trims once more
-ONEDNN_CACHE_ENTRIES = 256  # in each of oneDNN's and ideep's primitive caches: 100-150 MB for both when full
+ONEDNN_CACHE_ENTRIES = 512  # in each of oneDNN's and ideep's caches: at 256 a warmed engine re-made GEMM primitives
 # oneDNN's primitive cache and ideep's computation cache, each sized from its variable when first used
 ONEDNN_CACHE_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
 MMAP_THRESHOLD = 32 << 20  # blocks this large are mmapped: the ceiling glibc's dynamic threshold rises to

@@ -73,7 +73,16 @@ class StackedLinear(nn.Linear):
         self.parts = parts
 
 
-LINEARS = (nn.Linear, StackedLinear)  # the exact types whose forward is nn.Linear's: what a CPU engine prepacks
+class GeluLinear(nn.Linear):
+    """A linear whose output goes through the exact (erf) GELU: one module, so a CPU engine runs both as one GEMM
+    (ops/prepack.py)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.gelu(super().forward(x))
+
+
+# the exact types whose forward is nn.Linear's, with the activation each applies after it: what a CPU engine prepacks
+LINEARS = {nn.Linear: "none", StackedLinear: "none", GeluLinear: "gelu"}
 
 
 class DecoderAttention(nn.Module):
@@ -240,12 +249,12 @@ class Projector(nn.Module):
         super().__init__()
         self.merged_width = merged = vision.hidden_size * vision.spatial_merge_size ** 2
         self.pre_norm = nn.LayerNorm(vision.hidden_size, eps=1e-5)
-        self.linear_1 = nn.Linear(merged, merged)
+        self.linear_1 = GeluLinear(merged, merged)
         self.linear_2 = nn.Linear(merged, text_hidden)
 
     def forward(self, features: torch.Tensor, layout: VisionLayout) -> torch.Tensor:
         merged = self.pre_norm(features)[layout.merge_order].reshape(-1, self.merged_width)
-        return self.linear_2(F.gelu(self.linear_1(merged)))
+        return self.linear_2(self.linear_1(merged))
 
 
 class PaddleOCRVL(nn.Module):

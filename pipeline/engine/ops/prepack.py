@@ -8,25 +8,31 @@ from torch import nn
 
 from .extension import enabled
 
-Linears = tuple[type[nn.Module], ...]
+Linears = dict[type[nn.Module], str]  # an exact module type: the activation its forward applies after nn.Linear's
+# _linear_pointwise's post-op arguments for each activation a PrepackedLinear fuses into its GEMM
+POST_OPS = {"none": ("none", [None], ""), "gelu": ("gelu", [], "none")}  # gelu: the exact (erf) one
+
+
+BLOCK_ROWS = 256  # a GEMM runs on at most this many rows at a time
 
 
 def padded_rows(rows: int) -> int:
-    """The row count a prepacked GEMM runs at: a power of two up to 16, a multiple of 16 up to 256, of 64 above.
+    """The row count a prepacked GEMM runs a block of `rows` (at most BLOCK_ROWS) at: a power of two up to 32, a
+    multiple of 32 above.
 
-    oneDNN makes and caches a primitive for each row count a weight shape meets. Crops of every size and prefill
-    chunks of every length bring ever new ones, and making one costs 0.3-2 ms, several times a small GEMM, while
-    the two caches churn their 0.4-0.6 MB entries. Padded to these (at most 15 rows up to 256, where a small batch
-    costs the weight's bandwidth more than its rows, and 63 above), every count up to a 4,096-token chunk shares 81
-    primitives per weight shape, a bounded set where crops of new sizes made new ones without end. Measured, it is
-    no faster: random row counts through the tiny checkpoint's GEMM shapes under inference mode took as long
-    either way (89 s against 90-104 s for 4,000 rounds), and engine rounds ran as fast as before."""
-    if rows <= 1:
-        return rows
-    if rows <= 16:
-        return 1 << (rows - 1).bit_length()
-    step = 16 if rows <= 256 else 64
-    return -(-rows // step) * step
+    oneDNN makes and caches a primitive for each row count a weight shape meets, 0.55 MB of host memory each
+    whatever the shape (two copies of its descriptor). Crops of every size and prefill chunks of every length bring
+    ever new counts, so a worker's memory rose by each one it first met, thousands of requests in (2.2 MB steps in a
+    soak: four weight shapes at once). Padded to these and run in blocks of BLOCK_ROWS, every count shares 13
+    primitives per weight shape, few enough to make them all before the first step (warm_primitives). Blocks and
+    the coarser padding cost nothing measured: the 0.9B model's GEMM shapes at 150, 1,000 and 4,096 rows ran at
+    0.95-1.07 of one call at the old padding in float32, within this machine's noise."""
+    if rows <= 32:
+        return 1 << (rows - 1).bit_length() if rows > 1 else rows
+    return -(-rows // 32) * 32
+
+
+ROW_COUNTS = tuple(sorted({padded_rows(rows) for rows in range(1, BLOCK_ROWS + 1)}))
 
 
 def packable_dtypes() -> frozenset[torch.dtype]:
@@ -45,40 +51,72 @@ class PrepackedLinear(nn.Module):
     prefill sizes. The packed tensor replaces the weight under its name: its shape, dtype and device are the
     weight's (what the model's readers ask), and reading its values fails loudly instead of keeping a second copy
     of every weight. A `shared` weight (a head tied to the embedding, which still looks rows up in it) stays as it is.
+    An `activation` runs inside the GEMM's primitive: standalone, oneDNN's erf-GELU made a primitive for every
+    tensor shape it met (155 in 20 batches of crops), each evicting a GEMM's from the bounded cache.
     """
 
-    def __init__(self, linear: nn.Linear, batch_size: int, shared: bool = False) -> None:
+    def __init__(self, linear: nn.Linear, batch_size: int, shared: bool = False, activation: str = "none") -> None:
         super().__init__()
+        self.activation = activation
         self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), batch_size)
         self.weight = linear.weight if shared else nn.Parameter(self.packed, requires_grad=False)
         self.bias = linear.bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1])
+        starts = range(0, rows.shape[0], BLOCK_ROWS) or [0]
+        blocks = [self._gemm(rows[start:start + BLOCK_ROWS]) for start in starts]
+        out = blocks[0] if len(blocks) == 1 else torch.cat(blocks)
+        return out.view(*x.shape[:-1], out.shape[-1])
+
+    def _gemm(self, rows: torch.Tensor) -> torch.Tensor:
         count, padded = rows.shape[0], padded_rows(rows.shape[0])
         if padded > count:
             rows = F.pad(rows, (0, 0, 0, padded - count))
-        out = torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, "none", [None], "")[:count]
-        return out.view(*x.shape[:-1], out.shape[-1])
+        return torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, *POST_OPS[self.activation])[:count]
 
 
-def prepack_linears(model: nn.Module, batch_size: int, linears: Linears = (nn.Linear,)) -> int:
+def prepack_linears(model: nn.Module, batch_size: int, linears: Linears | None = None) -> int:
     """Swap every CPU linear of `model` whose dtype oneDNN packs for a PrepackedLinear; returns how many.
 
-    `linears` are the exact types whose forward is nn.Linear's (a model adds its own, such as stacked projections);
-    a subclass not named there, a quantized linear, has a forward of its own and keeps it. One at a time, each
+    `linears` are the exact types whose forward is nn.Linear's, each with the activation it applies after it (a
+    model adds its own, such as stacked projections); a subclass not named there, a quantized linear, has a forward
+    of its own and keeps it. One at a time, each
     original freed before the next is packed, so the model never takes twice its memory.
     """
     if not enabled() or not torch.backends.mkldnn.is_available():
         return 0
+    linears = linears or {nn.Linear: "none"}
     dtypes, shared = packable_dtypes(), _weights_outside_linears(model, linears)
     targets = [(parent, name) for parent in model.modules() for name, child in parent.named_children()
                if type(child) in linears and child.weight.device.type == "cpu" and child.weight.dtype in dtypes]
     for parent, name in targets:
         linear = parent._modules.pop(name)
-        parent._modules[name] = PrepackedLinear(linear, batch_size, id(linear.weight) in shared)
+        parent._modules[name] = PrepackedLinear(linear, batch_size, id(linear.weight) in shared, linears[type(linear)])
         del linear
     return len(targets)
+
+
+def warm_primitives(model: nn.Module, max_rows: dict[nn.Module, int] | None = None) -> int:
+    """Run each PrepackedLinear weight shape of `model` once at every row count it can meet (ROW_COUNTS, or those up
+    to `max_rows[linear]` for a linear that never sees more rows, a head that sees one row per sequence); returns
+    how many GEMMs ran.
+
+    Each makes its oneDNN primitive now, where a worker would otherwise make it the first time a request brought
+    that count, and hold the memory from then on. oneDNN keys a primitive on the thread count too, so this runs in
+    the thread that will run the steps, at the thread count it runs them with."""
+    limits, most, linears = max_rows or {}, {}, {}
+    for linear in model.modules():
+        if isinstance(linear, PrepackedLinear):
+            key = (tuple(linear.packed.shape), linear.packed.dtype, linear.bias is not None, linear.activation)
+            most[key] = max(most.get(key, 0), padded_rows(min(limits.get(linear, BLOCK_ROWS), BLOCK_ROWS)))
+            linears[key] = linear
+    counts = {key: [count for count in ROW_COUNTS if count <= rows] for key, rows in most.items()}
+    with torch.inference_mode():
+        for key, linear in linears.items():
+            for count in counts[key]:
+                linear(torch.zeros(count, linear.packed.shape[1], dtype=linear.packed.dtype))
+    return sum(map(len, counts.values()))
 
 
 def _weights_outside_linears(model: nn.Module, linears: Linears) -> set[int]:

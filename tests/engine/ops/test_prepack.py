@@ -11,7 +11,7 @@ from pipeline.engine.ops import prepack
 from tests.tiny import tiny_spec
 
 
-@pytest.mark.parametrize("rows", [1, 2, 3, 8, 9, 32, 40, 257, 300])
+@pytest.mark.parametrize("rows", [0, 1, 2, 3, 8, 9, 32, 40, 256, 257, 300, 700])
 def test_prepacked_linears_give_f_linear_results_for_every_batch_size(rows):
     model = torch.nn.Sequential(torch.nn.Linear(64, 1000), torch.nn.Linear(1000, 8, bias=False))
     x = torch.randn(rows, 64)
@@ -30,14 +30,14 @@ def test_leading_dimensions_stay_the_inputs():
     torch.testing.assert_close(model(x), expected, atol=1e-5, rtol=1e-5)
 
 
-def test_row_counts_are_padded_to_a_few_dozen_that_cover_each_closely():
-    """A oneDNN primitive is made for each row count a GEMM meets: every count up to a 4,096-token prefill chunk
-    shares 81 of them, none more than 63 rows (and above 64 rows, at most a quarter) larger."""
-    padded = [prepack.padded_rows(rows) for rows in range(4097)]
+def test_row_counts_are_padded_to_thirteen_that_cover_each_block_closely():
+    """A oneDNN primitive is made for each row count a GEMM meets: every block of up to 256 rows shares 13 of them,
+    none more than 31 rows larger, and a small block no more than twice its size."""
+    padded = [prepack.padded_rows(rows) for rows in range(prepack.BLOCK_ROWS + 1)]
     assert padded[:18] == [0, 1, 2, 4, 4, 8, 8, 8, 8] + [16] * 8 + [32]
-    assert (padded[256], padded[257], padded[4096]) == (256, 320, 4096)
-    assert all(rows <= size < rows + 64 and (rows <= 64 or size <= 1.25 * rows) for rows, size in enumerate(padded))
-    assert len(set(padded)) == 81
+    assert (padded[32], padded[33], padded[256]) == (32, 64, 256)
+    assert all(rows <= size < max(2 * rows, rows + 32) for rows, size in enumerate(padded) if rows)
+    assert set(padded) - {0} == set(prepack.ROW_COUNTS) and len(prepack.ROW_COUNTS) == 13
 
 
 def test_a_prepacked_weight_is_the_packed_tensor_alone():
