@@ -14,8 +14,9 @@ JIT-compiled kernel and buffers). Crops of every size keep bringing row counts n
 rose until both were full: 600 crops of random sizes through the tiny engine in one process grew it 95 MB from the
 300th to the 600th while the (row count, weight) pairs it had met went from 499 to 723; with 256 entries a cache the
 same run went from 1,191 to 1,129 MB. Making a primitive again costs about 1 ms, so a smaller cache bounds that
-memory at a cost no step notices. Since then a PrepackedLinear pads its rows to one of a few dozen counts
-(ops/prepack.padded_rows), so the caches mostly keep what a model meets; the bound stays for what they do not.
+memory at a cost no step notices. Since then a PrepackedLinear runs blocks of rows padded to 13 counts, and an engine
+makes all of its primitives before its first step (ops/prepack.warm_primitives): 136 of them, each taking two of
+oneDNN's entries (its nested matmul's too), so the caches hold 512; the bound stays for what else runs oneDNN.
 
 glibc's malloc_trim leaves one thing where it is: the free top of a thread's own arena (it madvises free chunks in
 every arena's bins, but shrinks only the main heap's top). glibc gives a thread arena's top back only when a free
@@ -140,7 +141,6 @@ def bound_onednn_caches(entries: int = ONEDNN_CACHE_ENTRIES) -> None:
 
     Each reads its capacity from the environment once, when the process makes its first oneDNN primitive, and keeps
     it: so this must run before then (a worker calls it at start, before any layout model or engine runs a step; the
-    engine calls it again as it is built, which is too late only where something else ran oneDNN first). Decode
-    steps reuse at most max_num_seqs row counts per weight, and the LRU keeps those it keeps meeting."""
+    engine calls it again as it is built, which is too late only where something else ran oneDNN first)."""
     for variable in ONEDNN_CACHE_VARIABLES:
         os.environ[variable] = str(entries)

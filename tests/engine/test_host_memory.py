@@ -226,3 +226,43 @@ def test_gemms_over_ever_new_row_counts_keep_a_bounded_cache(tiny_checkpoint):
     assert done.returncode == 0, done.stderr[-3000:]
     first, second = map(float, done.stdout.split())
     assert second - first < 30, f"{second - first:.0f} MB more over {2 * ROWS} new (row count, weight) pairs"
+
+
+# A fresh process with oneDNN's creation log on: an engine serves one request (its first step makes the primitives),
+# then batches of crops of random sizes, so every step brings row counts of its own. C's stdout is flushed before the
+# mark so that the log's lines fall on the side of it where they were made.
+PRIMITIVES_CHILD = """
+import ctypes, random, sys
+from pipeline.engine.engine import Engine
+from pipeline.engine.request import Request
+from tests.reference import random_image
+
+engine = Engine.from_pretrained(sys.argv[1])
+rng = random.Random(0)
+
+def batch(count):
+    sizes = [(rng.randint(28, 700), rng.randint(28, 500)) for _ in range(count)]
+    requests = [Request(images=[random_image(*size)], max_tokens=rng.randint(1, 12)) for size in sizes]
+    for future in [engine.submit(request) for request in requests]:
+        future.result(timeout=300)
+
+batch(1)
+ctypes.CDLL(None).fflush(None)
+print("FIRST REQUEST DONE", flush=True)
+for _ in range(8):
+    batch(rng.randint(1, 24))
+engine.close()
+"""
+
+
+@pytest.mark.slow
+def test_an_engine_makes_every_onednn_primitive_before_its_first_step(tiny_checkpoint):
+    """Requests of any size afterwards make none: a primitive first made thousands of requests in (0.55 MB each)
+    was a worker's memory rising in a soak, and one made for a standalone GELU of each new shape evicted the GEMMs'."""
+    done = subprocess.run([sys.executable, "-c", PRIMITIVES_CHILD, str(tiny_checkpoint)], capture_output=True,
+                          text=True, cwd=ROOT, timeout=600, env={**os.environ, "ONEDNN_VERBOSE": "profile_create"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    before, after = done.stdout.split("FIRST REQUEST DONE")
+    assert "inner_product" in before
+    made_later = [line for line in after.splitlines() if "create:cache_miss" in line]
+    assert made_later == [], f"{len(made_later)} primitives made after the first step: {made_later[:3]}"

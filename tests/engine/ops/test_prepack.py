@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from pipeline.engine.model.loader import load_model
-from pipeline.engine.model.paddleocr_vl import LINEARS
+from pipeline.engine.model.paddleocr_vl import LINEARS, GeluLinear
 from pipeline.engine.ops import prepack
 from tests.tiny import tiny_spec
 
@@ -38,6 +38,25 @@ def test_row_counts_are_padded_to_thirteen_that_cover_each_block_closely():
     assert (padded[32], padded[33], padded[256]) == (32, 64, 256)
     assert all(rows <= size < max(2 * rows, rows + 32) for rows, size in enumerate(padded) if rows)
     assert set(padded) - {0} == set(prepack.ROW_COUNTS) and len(prepack.ROW_COUNTS) == 13
+
+
+def test_warming_runs_each_weight_shape_once_at_every_count_it_can_meet():
+    """Weights of one shape (and bias, activation) share their primitives; a head that sees one row per sequence is
+    warmed only up to its limit."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 64), torch.nn.Linear(64, 1000, bias=False))
+    prepack.prepack_linears(model, batch_size=8)
+    assert prepack.warm_primitives(model) == 2 * len(prepack.ROW_COUNTS)
+    assert prepack.warm_primitives(model, {model[2]: 5}) == len(prepack.ROW_COUNTS) + len([1, 2, 4, 8])
+
+
+def test_a_linear_with_gelu_runs_it_inside_its_prepacked_gemm():
+    linear = GeluLinear(64, 96)
+    x = torch.randn(40, 64)
+    expected = torch.nn.functional.gelu(torch.nn.functional.linear(x, linear.weight, linear.bias))
+    model = torch.nn.Sequential(linear)
+    assert prepack.prepack_linears(model, batch_size=8, linears=LINEARS) == 1
+    assert model[0].activation == "gelu"
+    torch.testing.assert_close(model(x), expected, atol=1e-5, rtol=1e-5)
 
 
 def test_a_prepacked_weight_is_the_packed_tensor_alone():
