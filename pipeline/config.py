@@ -31,7 +31,7 @@ class Settings(BaseSettings):
     # share of the GPU memory free when the engine starts: a layout model on that GPU must be loaded before it
     kv_cache_fraction: Annotated[float, Field(gt=0.0, le=1.0)] = 0.8
     prefix_cache_tokens: PositiveInt = 262144  # finished requests' KV kept findable; each block's entry is host memory
-    # a CPU engine's GEMM primitives (one per weight and row count) kept in each of oneDNN's two caches
+    # entries in each of oneDNN's two primitive caches on a CPU; a GEMM primitive (weight shape, row count) takes two
     onednn_cache_entries: PositiveInt = 512
     cuda_graphs: bool = True  # decode steps replayed as CUDA graphs; QUIRE_CUDA_GRAPHS=0 runs them eagerly
     # the decoder's and the head's weights, quantized as they load (a checkpoint written by `quire models quantize`

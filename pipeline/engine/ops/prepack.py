@@ -83,8 +83,8 @@ def prepack_linears(model: nn.Module, batch_size: int, linears: Linears | None =
 
     `linears` are the exact types whose forward is nn.Linear's, each with the activation it applies after it (a
     model adds its own, such as stacked projections); a subclass not named there, a quantized linear, has a forward
-    of its own and keeps it. One at a time, each
-    original freed before the next is packed, so the model never takes twice its memory.
+    of its own and keeps it. One at a time, each original freed before the next is packed, so the model never takes
+    twice its memory.
     """
     if not enabled() or not torch.backends.mkldnn.is_available():
         return 0
