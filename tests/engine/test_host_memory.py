@@ -121,9 +121,16 @@ def _in_a_fresh_process(scenario: Callable[[], None]) -> None:
     only where the thread has an arena of its own: a long test process has made more threads than glibc has arenas
     (eight per core), so a new thread shares one and its block may come from free chunks below that arena's top (in
     CI, a settled trim gave back 4 MiB of the 20 freed)."""
-    code = f"from tests.engine.test_host_memory import {scenario.__name__}; {scenario.__name__}()"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    _fresh_python(f"from tests.engine.test_host_memory import {scenario.__name__}; {scenario.__name__}()")
+
+
+def _fresh_python(code: str, *args: str, **env: str) -> str:
+    """What `code` prints, run with `args` in a new interpreter (with `env` added to the environment), which must
+    succeed."""
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT, timeout=600,
+                          env={**os.environ, **env})
     assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
 
 
 def _loop_thread_hands_back_its_heap_top_once_settled() -> None:
@@ -222,10 +229,7 @@ print(*readings)
 def test_gemms_over_ever_new_row_counts_keep_a_bounded_cache(tiny_checkpoint):
     """The first 800 (row count, weight) pairs fill the 512-entry caches; at oneDNN's own 1,024 the second 800 added
     69 MB, now about 1."""
-    done = subprocess.run([sys.executable, "-c", SHAPES_CHILD, str(tiny_checkpoint)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    first, second = map(float, done.stdout.split())
+    first, second = map(float, _fresh_python(SHAPES_CHILD, str(tiny_checkpoint)).split())
     assert second - first < 30, f"{second - first:.0f} MB more over {2 * ROWS} new (row count, weight) pairs"
 
 
@@ -260,10 +264,8 @@ engine.close()
 def test_an_engine_makes_every_onednn_primitive_before_its_first_step(tiny_checkpoint):
     """Requests of any size afterwards make none: a primitive first made thousands of requests in (0.55 MB each)
     was a worker's memory rising in a soak, and one made for a standalone GELU of each new shape evicted the GEMMs'."""
-    done = subprocess.run([sys.executable, "-c", PRIMITIVES_CHILD, str(tiny_checkpoint)], capture_output=True,
-                          text=True, cwd=ROOT, timeout=600, env={**os.environ, "ONEDNN_VERBOSE": "profile_create"})
-    assert done.returncode == 0, done.stderr[-3000:]
-    before, after = done.stdout.split("FIRST REQUEST DONE")
+    log = _fresh_python(PRIMITIVES_CHILD, str(tiny_checkpoint), ONEDNN_VERBOSE="profile_create")
+    before, after = log.split("FIRST REQUEST DONE")
     assert "inner_product" in before
     made_later = [line for line in after.splitlines() if "create:cache_miss" in line]
     assert made_later == [], f"{len(made_later)} primitives made after the first step: {made_later[:3]}"
