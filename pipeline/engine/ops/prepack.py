@@ -107,18 +107,17 @@ def warm_primitives(model: nn.Module, max_rows: dict[nn.Module, int] | None = No
     Each makes its oneDNN primitive now, where a worker would otherwise make it the first time a request brought
     that count, and hold the memory from then on. oneDNN keys a primitive on the thread count too, so this runs in
     the thread that will run the steps, at the thread count it runs them with."""
-    limits, most, linears = max_rows or {}, {}, {}
+    limits, most = max_rows or {}, {}
     for linear in model.modules():
         if isinstance(linear, PrepackedLinear):
             key = (tuple(linear.packed.shape), linear.packed.dtype, linear.bias is not None, linear.activation)
-            most[key] = max(most.get(key, 0), padded_rows(min(limits.get(linear, BLOCK_ROWS), BLOCK_ROWS)))
-            linears[key] = linear
-    counts = {key: [count for count in ROW_COUNTS if count <= rows] for key, rows in most.items()}
+            rows = padded_rows(min(limits.get(linear, BLOCK_ROWS), BLOCK_ROWS))
+            most[key] = linear, max(rows, most.get(key, (linear, 0))[1])
+    runs = [(linear, count) for linear, rows in most.values() for count in ROW_COUNTS if count <= rows]
     with torch.inference_mode():
-        for key, linear in linears.items():
-            for count in counts[key]:
-                linear(torch.zeros(count, linear.packed.shape[1], dtype=linear.packed.dtype))
-    return sum(map(len, counts.values()))
+        for linear, count in runs:
+            linear(torch.zeros(count, linear.packed.shape[1], dtype=linear.packed.dtype))
+    return len(runs)
 
 
 def _weights_outside_linears(model: nn.Module, linears: Linears) -> set[int]:
